@@ -1,0 +1,2 @@
+" dp source files
+autocmd BufRead,BufNewFile *.dp setfiletype dp

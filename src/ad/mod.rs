@@ -1,0 +1,370 @@
+//! Differentiation as delimited-continuation handlers (DESIGN.md principle 3).
+//!
+//! `grad f x` (see `Machine::control`) makes a fresh tag, wraps `x` in values tracked by it,
+//! and runs `f` in a `GradPrompt(tag)` segment sitting on a `GradHandler(tag)` segment. A
+//! primitive meeting a tracked value shifts to that prompt: it computes the primal, pushes an
+//! adjoint frame onto the handler segment (below every frame of `f`), and resumes the rest of
+//! `f` with a new tracked result. Since the continuation it captured is put back exactly where
+//! it was, capture-and-resume is fused into one O(1) push. When `f` returns, the prompt pops,
+//! the output's adjoint is seeded with 1, and the machine returns through the adjoint frames
+//! in reverse order: that return path *is* the backward pass. Nested `grad`s have larger
+//! tags, so a value carries perturbations of each level separately (no confusion).
+
+pub mod rules;
+
+use crate::core::Prim;
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::{ConsCell, RecordVal, Value};
+use rules::Un;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+pub struct Tracked {
+    pub tag: u32,
+    pub primal: Value,
+    /// None means zero (nothing has flowed back yet).
+    pub adj: RefCell<Option<Value>>,
+}
+
+pub struct Dual {
+    pub tag: u32,
+    pub primal: Value,
+    pub tangent: Value,
+}
+
+/// An adjoint frame: on the way back, `a.adj += out.adj * da` (and the same for `b`).
+#[derive(Clone)]
+pub struct AdjFrame {
+    out: Rc<Tracked>,
+    a: Option<(Rc<Tracked>, Value)>,
+    b: Option<(Rc<Tracked>, Value)>,
+}
+
+#[derive(Clone)]
+pub struct GradState {
+    tag: u32,
+    input: Value,
+    with_value: bool,
+    frames: Vec<AdjFrame>,
+}
+
+impl GradState {
+    pub fn new(tag: u32, input: Value, with_value: bool) -> GradState {
+        GradState {
+            tag,
+            input,
+            with_value,
+            frames: Vec::new(),
+        }
+    }
+}
+
+pub fn tag_of(v: &Value) -> u32 {
+    match v {
+        Value::Tracked(t) => t.tag,
+        Value::Dual(d) => d.tag,
+        _ => 0,
+    }
+}
+
+pub fn is_ad(v: &Value) -> bool {
+    matches!(v, Value::Tracked(_) | Value::Dual(_))
+}
+
+/// The plain value under every perturbation (scalars only).
+pub fn strip(v: &Value) -> Value {
+    let mut v = v.clone();
+    loop {
+        v = match v {
+            Value::Tracked(t) => t.primal.clone(),
+            Value::Dual(d) => d.primal.clone(),
+            other => return other,
+        }
+    }
+}
+
+/// `stop_gradient`: strips perturbations throughout a structure.
+pub fn strip_deep(v: &Value) -> Value {
+    map_leaves(v, &mut |x| Ok(strip(x))).unwrap_or_else(|_| v.clone())
+}
+
+/// Maps the differentiable leaves (Floats and perturbed values) of a structure.
+fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult<Value> {
+    Ok(match v {
+        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) => f(v)?,
+        Value::Tuple(vs) => Value::Tuple(Rc::new(
+            vs.iter()
+                .map(|x| map_leaves(x, f))
+                .collect::<FResult<_>>()?,
+        )),
+        Value::Record(r) => Value::Record(Rc::new(RecordVal {
+            names: r.names.clone(),
+            values: r
+                .values
+                .iter()
+                .map(|x| map_leaves(x, f))
+                .collect::<FResult<_>>()?,
+        })),
+        Value::Nil | Value::Cons(_) => {
+            let items = v
+                .iter_list()
+                .map(|x| map_leaves(x, f))
+                .collect::<FResult<Vec<_>>>()?;
+            Value::list(items.into_iter())
+        }
+        other => other.clone(),
+    })
+}
+
+/// Zips the leaves of two structures of the same shape.
+fn zip_leaves(
+    a: &Value,
+    b: &Value,
+    f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>,
+) -> FResult<Value> {
+    Ok(match (a, b) {
+        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
+            x.iter()
+                .zip(y.iter())
+                .map(|(p, q)| zip_leaves(p, q, f))
+                .collect::<FResult<_>>()?,
+        )),
+        (Value::Record(x), Value::Record(y)) if x.names == y.names => {
+            Value::Record(Rc::new(RecordVal {
+                names: x.names.clone(),
+                values: x
+                    .values
+                    .iter()
+                    .zip(&y.values)
+                    .map(|(p, q)| zip_leaves(p, q, f))
+                    .collect::<FResult<_>>()?,
+            }))
+        }
+        (Value::Nil | Value::Cons(_), Value::Nil | Value::Cons(_)) => {
+            let (xs, ys): (Vec<_>, Vec<_>) = (a.iter_list().collect(), b.iter_list().collect());
+            if xs.len() != ys.len() {
+                return Err(Fault::new(format!(
+                    "jvp: the tangent list has {} elements, the point {}",
+                    ys.len(),
+                    xs.len()
+                )));
+            }
+            let items = xs
+                .iter()
+                .zip(ys)
+                .map(|(p, q)| zip_leaves(p, q, f))
+                .collect::<FResult<Vec<_>>>()?;
+            Value::list(items.into_iter())
+        }
+        _ => f(a, b)?,
+    })
+}
+
+/// `grad`'s argument: every differentiable leaf tracked by `tag`.
+pub fn wrap(_m: &mut Machine, x: &Value, tag: u32) -> FResult<Value> {
+    map_leaves(x, &mut |leaf| {
+        Ok(Value::Tracked(Rc::new(Tracked {
+            tag,
+            primal: leaf.clone(),
+            adj: RefCell::new(None),
+        })))
+    })
+}
+
+/// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
+pub fn dual(_m: &mut Machine, x: &Value, v: &Value, tag: u32) -> FResult<Value> {
+    zip_leaves(x, v, &mut |p, t| {
+        Ok(Value::Dual(Rc::new(Dual {
+            tag,
+            primal: p.clone(),
+            tangent: t.clone(),
+        })))
+    })
+}
+
+/// The value at `tag`'s level: its primal if it is perturbed by `tag`, itself otherwise.
+fn primal_at(v: &Value, tag: u32) -> Value {
+    match v {
+        Value::Tracked(t) if t.tag == tag => t.primal.clone(),
+        Value::Dual(d) if d.tag == tag => d.primal.clone(),
+        other => other.clone(),
+    }
+}
+
+pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+    match x {
+        Value::Float(f) => Ok(Value::Float(op.eval(f))),
+        other => unary(m, op, other),
+    }
+}
+
+pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+    let tag = tag_of(&x);
+    if tag == 0 {
+        return Err(Fault::new(format!(
+            "internal: `{op:?}` on {}",
+            x.type_name()
+        )));
+    }
+    let p = primal_at(&x, tag);
+    let y = apply_un(m, op, p.clone())?;
+    match &x {
+        Value::Dual(d) => {
+            let dy = op.deriv(m, &p, &y)?;
+            let tangent = m.prim2(Prim::Mul, dy, d.tangent.clone())?;
+            Ok(Value::Dual(Rc::new(Dual {
+                tag,
+                primal: y,
+                tangent,
+            })))
+        }
+        Value::Tracked(t) => {
+            if m.grad_handler(tag).is_none() {
+                return Ok(y); // escaped its grad: a plain value
+            }
+            let dy = op.deriv(m, &p, &y)?;
+            let out = Rc::new(Tracked {
+                tag,
+                primal: y,
+                adj: RefCell::new(None),
+            });
+            let frame = AdjFrame {
+                out: out.clone(),
+                a: Some((t.clone(), dy)),
+                b: None,
+            };
+            if let Some(h) = m.grad_handler(tag) {
+                h.frames.push(frame);
+            }
+            Ok(Value::Tracked(out))
+        }
+        _ => unreachable!("tag_of said perturbed"),
+    }
+}
+
+pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
+    let tag = tag_of(&a).max(tag_of(&b));
+    let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
+    let y = m.prim2(p, pa.clone(), pb.clone())?;
+    let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
+    let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
+    if is_dual {
+        let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
+        let mut tangent = Value::Float(0.0);
+        for (inp, d, on) in [(&a, da, a_in), (&b, db, b_in)] {
+            if let (true, Value::Dual(x)) = (on, inp) {
+                let c = m.prim2(Prim::Mul, d, x.tangent.clone())?;
+                tangent = add(m, tangent, c)?;
+            }
+        }
+        return Ok(Value::Dual(Rc::new(Dual {
+            tag,
+            primal: y,
+            tangent,
+        })));
+    }
+    if m.grad_handler(tag).is_none() {
+        return Ok(y);
+    }
+    let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
+    let out = Rc::new(Tracked {
+        tag,
+        primal: y,
+        adj: RefCell::new(None),
+    });
+    let pick = |v: &Value, on: bool, d: Value| match (on, v) {
+        (true, Value::Tracked(t)) => Some((t.clone(), d)),
+        _ => None,
+    };
+    let frame = AdjFrame {
+        out: out.clone(),
+        a: pick(&a, a_in, da),
+        b: pick(&b, b_in, db),
+    };
+    if let Some(h) = m.grad_handler(tag) {
+        h.frames.push(frame);
+    }
+    Ok(Value::Tracked(out))
+}
+
+fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+    match (&a, &b) {
+        (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x + y)),
+        _ => m.prim2(Prim::Add, a, b),
+    }
+}
+
+fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+    match (&a, &b) {
+        (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x * y)),
+        _ => m.prim2(Prim::Mul, a, b),
+    }
+}
+
+fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
+    let old = cell.adj.borrow_mut().take();
+    let new = match old {
+        None => contribution,
+        Some(o) => add(m, o, contribution)?,
+    };
+    *cell.adj.borrow_mut() = Some(new);
+    Ok(())
+}
+
+/// The handler's work once `f` has returned `y`: seed, return through the adjoint frames,
+/// read the argument's adjoints.
+pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Value> {
+    let tag = state.tag;
+    match &y {
+        Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
+        _ => {}
+    }
+    let mut n = 0u32;
+    while let Some(frame) = state.frames.pop() {
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 && m.interrupt.load(Ordering::Relaxed) {
+            m.interrupt.store(false, Ordering::Relaxed);
+            return Err(Fault::new("interrupted"));
+        }
+        let Some(g) = frame.out.adj.borrow_mut().take() else {
+            continue;
+        };
+        if let Some((a, da)) = frame.a {
+            let c = mul(m, g.clone(), da)?;
+            accumulate(m, &a, c)?;
+        }
+        if let Some((b, db)) = frame.b {
+            let c = mul(m, g, db)?;
+            accumulate(m, &b, c)?;
+        }
+    }
+    let grads = map_leaves(&state.input, &mut |leaf| {
+        Ok(match leaf {
+            Value::Tracked(t) if t.tag == tag => {
+                t.adj.borrow().clone().unwrap_or(Value::Float(0.0))
+            }
+            _ => Value::Float(0.0),
+        })
+    })?;
+    if state.with_value {
+        Ok(Value::Tuple(Rc::new(vec![primal_at(&y, tag), grads])))
+    } else {
+        Ok(grads)
+    }
+}
+
+/// `jvp`'s result: (primal output, tangent output) at `tag`.
+pub fn jvp_finish(_m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
+    let primal = map_leaves(&y, &mut |leaf| Ok(primal_at(leaf, tag)))?;
+    let tangent = map_leaves(&y, &mut |leaf| {
+        Ok(match leaf {
+            Value::Dual(d) if d.tag == tag => d.tangent.clone(),
+            _ => Value::Float(0.0),
+        })
+    })?;
+    Ok(Value::Tuple(Rc::new(vec![primal, tangent])))
+}
+
+#[allow(dead_code)]
+fn _cons_unused(_: ConsCell) {}

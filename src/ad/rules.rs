@@ -1,0 +1,121 @@
+//! The derivative rule table: one entry per differentiable primitive, beside its forward
+//! definition. Each rule gives the *local partial derivatives*, built from the machine's own
+//! generic operations — so a derivative is itself differentiable (nesting) — and both modes use
+//! them: reverse mode multiplies them by the output adjoint, forward mode by input tangents.
+
+use crate::core::Prim;
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Un {
+    Neg,
+    Sin,
+    Cos,
+    Tan,
+    Exp,
+    Log,
+    Sqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Abs,
+}
+
+fn f(x: f64) -> Value {
+    Value::Float(x)
+}
+
+impl Un {
+    /// The forward definition on plain floats.
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            Un::Neg => -x,
+            Un::Sin => x.sin(),
+            Un::Cos => x.cos(),
+            Un::Tan => x.tan(),
+            Un::Exp => x.exp(),
+            Un::Log => x.ln(),
+            Un::Sqrt => x.sqrt(),
+            Un::Tanh => x.tanh(),
+            Un::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Un::Relu => x.max(0.0),
+            Un::Abs => x.abs(),
+        }
+    }
+
+    /// dy/dx at x, where y = self(x).
+    pub fn deriv(self, m: &mut Machine, x: &Value, y: &Value) -> FResult<Value> {
+        let (x, y) = (x.clone(), y.clone());
+        Ok(match self {
+            Un::Neg => f(-1.0),
+            Un::Sin => super::apply_un(m, Un::Cos, x)?,
+            Un::Cos => {
+                let s = super::apply_un(m, Un::Sin, x)?;
+                m.prim1(Prim::Neg, s)?
+            }
+            Un::Tan => {
+                let yy = m.prim2(Prim::Mul, y.clone(), y)?;
+                m.prim2(Prim::Add, f(1.0), yy)?
+            }
+            Un::Exp => y,
+            Un::Log => m.prim2(Prim::Div, f(1.0), x)?,
+            Un::Sqrt => m.prim2(Prim::Div, f(0.5), y)?,
+            Un::Tanh => {
+                let yy = m.prim2(Prim::Mul, y.clone(), y)?;
+                m.prim2(Prim::Sub, f(1.0), yy)?
+            }
+            Un::Sigmoid => {
+                let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
+                m.prim2(Prim::Mul, y, one_minus)?
+            }
+            Un::Relu => f(if scalar(&x) > 0.0 { 1.0 } else { 0.0 }),
+            Un::Abs => f(if scalar(&x) >= 0.0 { 1.0 } else { -1.0 }),
+        })
+    }
+}
+
+fn scalar(v: &Value) -> f64 {
+    match super::strip(v) {
+        Value::Float(x) => x,
+        _ => 0.0,
+    }
+}
+
+/// (∂y/∂a, ∂y/∂b) for y = a `p` b.
+pub fn partials(
+    m: &mut Machine,
+    p: Prim,
+    a: &Value,
+    b: &Value,
+    y: &Value,
+) -> FResult<(Value, Value)> {
+    let (a, b, y) = (a.clone(), b.clone(), y.clone());
+    Ok(match p {
+        Prim::Add => (f(1.0), f(1.0)),
+        Prim::Sub => (f(1.0), f(-1.0)),
+        Prim::Mul => (b, a),
+        Prim::Div => {
+            let da = m.prim2(Prim::Div, f(1.0), b.clone())?;
+            let yb = m.prim2(Prim::Div, y, b)?;
+            (da, m.prim1(Prim::Neg, yb)?)
+        }
+        Prim::Pow => {
+            let bm1 = m.prim2(Prim::Sub, b.clone(), f(1.0))?;
+            let pw = m.prim2(Prim::Pow, a.clone(), bm1)?;
+            let da = m.prim2(Prim::Mul, b, pw)?;
+            let db = if scalar(&a) > 0.0 {
+                let la = super::apply_un(m, Un::Log, a)?;
+                m.prim2(Prim::Mul, y, la)?
+            } else {
+                f(0.0)
+            };
+            (da, db)
+        }
+        other => {
+            return Err(Fault::new(format!(
+                "internal: `{other:?}` is not differentiable"
+            )))
+        }
+    })
+}

@@ -1,0 +1,59 @@
+//! `dp run` and `dp check`.
+
+use crate::diagnostic::Diagnostic;
+use crate::session::Session;
+use std::io::IsTerminal;
+use std::path::Path;
+
+pub fn report(session: &Session, d: &Diagnostic) {
+    let color = std::io::stderr().is_terminal();
+    eprint!("{}", session.render(d, color));
+}
+
+/// Runs (or only checks) a file; returns the process exit code.
+pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: bool) -> u8 {
+    let mut session = match Session::new() {
+        Ok(s) => s,
+        Err(d) => {
+            eprintln!("dp: the standard library failed to load: {}", d.message);
+            return 70;
+        }
+    };
+    session.machine.stack_limit = stack_limit;
+    session.machine.args = args;
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read `{file}`: {e}");
+            return 1;
+        }
+    };
+    let dir = Path::new(file)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let checked = session.check_program(file, &text, &dir);
+    for w in session.take_warnings() {
+        report(&session, &w);
+    }
+    let units = match checked {
+        Ok(u) => u,
+        Err(d) => {
+            report(&session, &d);
+            return 1;
+        }
+    };
+    if check_only {
+        return 0;
+    }
+    match session.run_units(&units) {
+        Ok(_) => 0,
+        Err(d) => {
+            if let Some(code) = session.machine.exit_code {
+                return code.clamp(0, 255) as u8;
+            }
+            report(&session, &d);
+            1
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! Lowers core IR to bytecode for the abstract machine. Arithmetic whose operand type the
+//! checker resolved to Int or Float is specialised here; the rest dispatches at run time.
+
+use super::value::Value;
+use crate::builtins::TABLE;
+use crate::core::{Const, Core, Lambda, Pattern, Prim, VarRef};
+use crate::source::Span;
+use crate::types::ty::{Subst, Ty};
+use std::rc::Rc;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    Const(u32),
+    Local(u32),
+    StoreLocal(u32),
+    Capture(u32),
+    SelfRef,
+    Global(u32),
+    SetGlobal(u32),
+    Builtin(u32),
+    Closure(u32),
+    Call(u32),
+    TailCall(u32),
+    /// A builtin applied to exactly its arity.
+    CallBuiltin(u32),
+    Return,
+    Jump(u32),
+    JumpIfFalse(u32),
+    Pop,
+    /// Pops a value; if it does not match pattern `pats[.0]`, jumps to `.1`.
+    MatchOrJump(u32, u32),
+    MatchFail,
+    AddInt,
+    SubInt,
+    MulInt,
+    LtInt,
+    LeInt,
+    GtInt,
+    GeInt,
+    EqInt,
+    AddFloat,
+    SubFloat,
+    MulFloat,
+    DivFloat,
+    LtFloat,
+    GtFloat,
+    Prim1(Prim),
+    Prim2(Prim),
+    MakeTuple(u32),
+    MakeList(u32),
+    /// Field-name table index, field count.
+    MakeRecord(u32, u32),
+    /// Field-name constant (a Str) index.
+    Field(u32),
+    /// Field-name table index (the updated fields, in order), count.
+    Update(u32, u32),
+    /// Constructor info index, argument count.
+    MakeCon(u32, u32),
+}
+
+pub struct ConDesc {
+    pub tag: u32,
+    pub name: Rc<str>,
+}
+
+pub struct Function {
+    pub name: Rc<str>,
+    pub arity: u32,
+    pub nlocals: u32,
+    pub code: Vec<Op>,
+    pub spans: Vec<Span>,
+    pub consts: Vec<Value>,
+    pub protos: Vec<(Rc<Function>, Vec<VarRef>)>,
+    pub pats: Vec<Pattern>,
+    pub names: Vec<Rc<[Rc<str>]>>,
+    pub cons: Vec<ConDesc>,
+    pub span: Span,
+}
+
+struct Builder<'a> {
+    f: Function,
+    subst: &'a Subst,
+}
+
+pub fn compile_toplevel(code: &Core, nlocals: u32, span: Span, subst: &Subst) -> Rc<Function> {
+    let lam = Lambda {
+        name: "<top>".into(),
+        arity: 0,
+        nlocals,
+        captures: Vec::new(),
+        body: code.clone(),
+        span,
+    };
+    compile_lambda(&lam, subst)
+}
+
+fn compile_lambda(l: &Lambda, subst: &Subst) -> Rc<Function> {
+    let mut b = Builder {
+        f: Function {
+            name: l.name.clone(),
+            arity: l.arity,
+            nlocals: l.nlocals.max(l.arity),
+            code: Vec::new(),
+            spans: Vec::new(),
+            consts: Vec::new(),
+            protos: Vec::new(),
+            pats: Vec::new(),
+            names: Vec::new(),
+            cons: Vec::new(),
+            span: l.span,
+        },
+        subst,
+    };
+    b.expr(&l.body, true, l.span);
+    b.emit(Op::Return, l.span);
+    Rc::new(b.f)
+}
+
+#[derive(PartialEq)]
+enum NumKind {
+    Int,
+    Float,
+    Other,
+}
+
+impl Builder<'_> {
+    fn emit(&mut self, op: Op, span: Span) -> usize {
+        self.f.code.push(op);
+        self.f.spans.push(span);
+        self.f.code.len() - 1
+    }
+    fn here(&self) -> u32 {
+        self.f.code.len() as u32
+    }
+    fn patch(&mut self, at: usize, target: u32) {
+        match &mut self.f.code[at] {
+            Op::Jump(t) | Op::JumpIfFalse(t) | Op::MatchOrJump(_, t) => *t = target,
+            _ => unreachable!("patching a non-jump"),
+        }
+    }
+    fn konst(&mut self, v: Value) -> u32 {
+        self.f.consts.push(v);
+        (self.f.consts.len() - 1) as u32
+    }
+    fn num_kind(&self, t: &Ty) -> NumKind {
+        match self.subst.prune(t) {
+            Ty::Con(n, _) if &*n == "Int" => NumKind::Int,
+            Ty::Con(n, _) if &*n == "Float" => NumKind::Float,
+            _ => NumKind::Other,
+        }
+    }
+
+    fn var(&mut self, r: VarRef, span: Span) {
+        let op = match r {
+            VarRef::Local(s) => Op::Local(s),
+            VarRef::Capture(i) => Op::Capture(i),
+            VarRef::SelfRef => Op::SelfRef,
+            VarRef::Global(g) => Op::Global(g),
+        };
+        self.emit(op, span);
+    }
+
+    /// Emits code leaving the value of `e` on the stack; in tail position, calls become
+    /// tail calls and the function returns.
+    fn expr(&mut self, e: &Core, tail: bool, span: Span) {
+        match e {
+            Core::Const(c) => {
+                let v = match c {
+                    Const::Unit => Value::Unit,
+                    Const::Bool(b) => Value::Bool(*b),
+                    Const::Int(n) => Value::Int(*n),
+                    Const::Float(x) => Value::Float(*x),
+                    Const::Str(s) => Value::Str(Rc::new(s.to_string())),
+                };
+                let k = self.konst(v);
+                self.emit(Op::Const(k), span);
+            }
+            Core::Var(r, sp) => self.var(*r, *sp),
+            Core::Builtin(i, sp) => {
+                if crate::builtins::arity(TABLE[*i as usize].2) == 0 {
+                    self.emit(Op::CallBuiltin(*i), *sp);
+                } else {
+                    self.emit(Op::Builtin(*i), *sp);
+                }
+            }
+            Core::Lam(l) => self.closure(l, span),
+            Core::App(f, args, sp) => {
+                if let Core::Builtin(i, _) = **f {
+                    let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
+                    if arity > 0 && args.len() >= arity {
+                        for a in &args[..arity] {
+                            self.expr(a, false, *sp);
+                        }
+                        self.emit(Op::CallBuiltin(i), *sp);
+                        if args.len() > arity {
+                            for a in &args[arity..] {
+                                self.expr(a, false, *sp);
+                            }
+                            let n = (args.len() - arity) as u32;
+                            self.emit(if tail { Op::TailCall(n) } else { Op::Call(n) }, *sp);
+                        } else if tail {
+                            self.emit(Op::Return, *sp);
+                        }
+                        return;
+                    }
+                }
+                self.expr(f, false, *sp);
+                for a in args {
+                    self.expr(a, false, *sp);
+                }
+                let n = args.len() as u32;
+                self.emit(if tail { Op::TailCall(n) } else { Op::Call(n) }, *sp);
+                return;
+            }
+            Core::Let(slot, v, body) => {
+                self.expr(v, false, span);
+                self.emit(Op::StoreLocal(*slot), span);
+                self.expr(body, tail, span);
+                return;
+            }
+            Core::LetPat(p, v, body, sp) => {
+                self.expr(v, false, *sp);
+                let pi = self.pat(p);
+                let j = self.emit(Op::MatchOrJump(pi, 0), *sp);
+                self.expr(body, tail, span);
+                let done = self.emit(Op::Jump(0), *sp);
+                let fail = self.here();
+                self.patch(j, fail);
+                self.emit(Op::MatchFail, *sp);
+                let end = self.here();
+                self.patch(done, end);
+                return;
+            }
+            Core::LetRec(binds, body) => {
+                for (slot, l) in binds {
+                    self.closure(l, l.span);
+                    self.emit(Op::StoreLocal(*slot), l.span);
+                }
+                self.expr(body, tail, span);
+                return;
+            }
+            Core::SetGlobal(g, v) => {
+                self.expr(v, false, span);
+                self.emit(Op::SetGlobal(*g), span);
+                let k = self.konst(Value::Unit);
+                self.emit(Op::Const(k), span);
+            }
+            Core::If(c, a, b) => {
+                self.expr(c, false, span);
+                let j = self.emit(Op::JumpIfFalse(0), span);
+                self.expr(a, tail, span);
+                let done = self.emit(Op::Jump(0), span);
+                let l = self.here();
+                self.patch(j, l);
+                self.expr(b, tail, span);
+                let end = self.here();
+                self.patch(done, end);
+                return;
+            }
+            Core::Match(slot, scrut, arms, sp) => {
+                self.expr(scrut, false, *sp);
+                self.emit(Op::StoreLocal(*slot), *sp);
+                let mut ends = Vec::new();
+                for (p, body) in arms {
+                    self.emit(Op::Local(*slot), *sp);
+                    let pi = self.pat(p);
+                    let j = self.emit(Op::MatchOrJump(pi, 0), *sp);
+                    self.expr(body, tail, *sp);
+                    ends.push(self.emit(Op::Jump(0), *sp));
+                    let next = self.here();
+                    self.patch(j, next);
+                }
+                self.emit(Op::MatchFail, *sp);
+                let end = self.here();
+                for j in ends {
+                    self.patch(j, end);
+                }
+                return;
+            }
+            Core::Seq(a, b) => {
+                self.expr(a, false, span);
+                self.emit(Op::Pop, span);
+                self.expr(b, tail, span);
+                return;
+            }
+            Core::And(a, b) | Core::Or(a, b) => {
+                let is_and = matches!(e, Core::And(..));
+                self.expr(a, false, span);
+                if !is_and {
+                    self.emit(Op::Prim1(Prim::Not), span);
+                }
+                let j = self.emit(Op::JumpIfFalse(0), span);
+                self.expr(b, tail, span);
+                let done = self.emit(Op::Jump(0), span);
+                let l = self.here();
+                self.patch(j, l);
+                let k = self.konst(Value::Bool(!is_and));
+                self.emit(Op::Const(k), span);
+                let end = self.here();
+                self.patch(done, end);
+                return;
+            }
+            Core::Prim(p, args, ty, sp) => {
+                for a in args {
+                    self.expr(a, false, *sp);
+                }
+                let kind = self.num_kind(ty);
+                let op = match (p, kind) {
+                    (Prim::Add, NumKind::Int) => Op::AddInt,
+                    (Prim::Sub, NumKind::Int) => Op::SubInt,
+                    (Prim::Mul, NumKind::Int) => Op::MulInt,
+                    (Prim::Lt, NumKind::Int) => Op::LtInt,
+                    (Prim::Le, NumKind::Int) => Op::LeInt,
+                    (Prim::Gt, NumKind::Int) => Op::GtInt,
+                    (Prim::Ge, NumKind::Int) => Op::GeInt,
+                    (Prim::Eq, NumKind::Int) => Op::EqInt,
+                    (Prim::Add, NumKind::Float) => Op::AddFloat,
+                    (Prim::Sub, NumKind::Float) => Op::SubFloat,
+                    (Prim::Mul, NumKind::Float) => Op::MulFloat,
+                    (Prim::Div, NumKind::Float) => Op::DivFloat,
+                    (Prim::Lt, NumKind::Float) => Op::LtFloat,
+                    (Prim::Gt, NumKind::Float) => Op::GtFloat,
+                    _ if args.len() == 1 => Op::Prim1(*p),
+                    _ => Op::Prim2(*p),
+                };
+                self.emit(op, *sp);
+            }
+            Core::Tuple(es) => {
+                for a in es {
+                    self.expr(a, false, span);
+                }
+                self.emit(Op::MakeTuple(es.len() as u32), span);
+            }
+            Core::List(es) => {
+                for a in es {
+                    self.expr(a, false, span);
+                }
+                self.emit(Op::MakeList(es.len() as u32), span);
+            }
+            Core::Record(names, es) => {
+                for a in es {
+                    self.expr(a, false, span);
+                }
+                self.f.names.push(names.clone());
+                let ni = (self.f.names.len() - 1) as u32;
+                self.emit(Op::MakeRecord(ni, es.len() as u32), span);
+            }
+            Core::Update(base, fields, sp) => {
+                self.expr(base, false, *sp);
+                for (_, v) in fields {
+                    self.expr(v, false, *sp);
+                }
+                self.f
+                    .names
+                    .push(fields.iter().map(|(n, _)| n.clone()).collect());
+                let ni = (self.f.names.len() - 1) as u32;
+                self.emit(Op::Update(ni, fields.len() as u32), *sp);
+            }
+            Core::Field(base, name, sp) => {
+                self.expr(base, false, *sp);
+                let k = self.konst(Value::Str(Rc::new(name.to_string())));
+                self.emit(Op::Field(k), *sp);
+            }
+            Core::Con {
+                tag, name, args, ..
+            } => {
+                for a in args {
+                    self.expr(a, false, span);
+                }
+                self.f.cons.push(ConDesc {
+                    tag: *tag,
+                    name: name.clone(),
+                });
+                let ci = (self.f.cons.len() - 1) as u32;
+                self.emit(Op::MakeCon(ci, args.len() as u32), span);
+            }
+        }
+        if tail {
+            self.emit(Op::Return, span);
+        }
+    }
+
+    fn closure(&mut self, l: &Rc<Lambda>, span: Span) {
+        let f = compile_lambda(l, self.subst);
+        self.f.protos.push((f, l.captures.clone()));
+        let i = (self.f.protos.len() - 1) as u32;
+        self.emit(Op::Closure(i), span);
+    }
+
+    fn pat(&mut self, p: &Pattern) -> u32 {
+        self.f.pats.push(p.clone());
+        (self.f.pats.len() - 1) as u32
+    }
+}

@@ -1,0 +1,1007 @@
+//! The abstract machine (DESIGN.md principles 1–2). Its continuation is data: a segmented
+//! stack. The running segment's frames and values live in `frames`/`stack`; the segments
+//! below it (each ended by a delimiter) wait in `segs`. `reset` starts a segment, `shift`
+//! detaches the segments above the nearest `reset` in O(number of segments), and resuming a
+//! continuation pushes them back (copying only when the continuation is shared, so multi-shot
+//! use stays correct). The Rust stack never grows with the dp program.
+
+use super::compile::{Function, Op};
+use super::value::{show, Closure, ConVal, Cont, Pap, RecordVal, Value};
+use crate::ad::{self, GradState};
+use crate::builtins::{B, TABLE};
+use crate::core::{Const, Pattern, Prim, VarRef};
+use crate::diagnostic::{Diagnostic, Phase};
+use crate::source::Span;
+use std::io::Write;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Frames of a segment's control stack.
+#[derive(Clone)]
+pub enum Frame {
+    /// A dp function waiting for a callee to return.
+    Dp {
+        clo: Rc<Closure>,
+        pc: u32,
+        base: u32,
+    },
+    /// Over-application: apply the returned function to these arguments.
+    ApplyRest { args: Vec<Value>, span: Span },
+    /// `jvp`: split the returned value into primal and tangent of this tag.
+    JvpFinish { tag: u32 },
+}
+
+#[derive(Clone)]
+pub enum Delim {
+    /// The bottom of a `Machine::run`.
+    Base,
+    Reset,
+    /// Where the function differentiated by `grad` runs; AD primitives of this tag shift here.
+    GradPrompt(u32),
+    /// Just below a prompt: the handler's state, including the adjoint frames it collects.
+    GradHandler(Box<GradState>),
+}
+
+#[derive(Clone)]
+pub struct Segment {
+    pub stack: Vec<Value>,
+    pub frames: Vec<Frame>,
+    pub delim: Delim,
+}
+
+/// A run-time fault before it is located.
+pub struct Fault {
+    pub msg: String,
+    pub help: Option<String>,
+}
+
+impl Fault {
+    pub fn new(msg: impl Into<String>) -> Fault {
+        Fault {
+            msg: msg.into(),
+            help: None,
+        }
+    }
+    pub fn help(mut self, h: impl Into<String>) -> Fault {
+        self.help = Some(h.into());
+        self
+    }
+}
+
+impl From<String> for Fault {
+    fn from(s: String) -> Fault {
+        Fault::new(s)
+    }
+}
+
+pub type FResult<T> = Result<T, Fault>;
+
+/// What the machine does next.
+enum Action {
+    Apply(Value, Vec<Value>, Span),
+    Return(Value),
+}
+
+enum Next {
+    Run(Rc<Closure>, usize, usize),
+    Done(Value),
+}
+
+/// What a builtin produced: a value, or a transfer of control.
+pub enum BuiltinOut {
+    Value(Value),
+    Control(Control),
+}
+
+pub enum Control {
+    Reset(Value),
+    Shift(Value),
+    Grad {
+        f: Value,
+        x: Value,
+        with_value: bool,
+    },
+    Jvp {
+        f: Value,
+        x: Value,
+        v: Value,
+    },
+    Exit(i32),
+}
+
+/// Raised when the program calls `exit`.
+pub struct ExitRequest(pub i32);
+
+pub struct Machine {
+    pub globals: Vec<Value>,
+    stack: Vec<Value>,
+    frames: Vec<Frame>,
+    delim: Delim,
+    segs: Vec<Segment>,
+    /// Frames held by the segments in `segs`.
+    seg_frames: usize,
+    pub stack_limit: usize,
+    pub interrupt: Arc<AtomicBool>,
+    pub fuel: Option<u64>,
+    pub next_tag: u32,
+    pub args: Vec<String>,
+    pub out: Box<dyn Write>,
+    pub exit_code: Option<i32>,
+}
+
+/// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
+/// runaway recursion well under 4 GiB.
+pub const DEFAULT_STACK_LIMIT: usize = 10_000_000;
+
+impl Default for Machine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Machine {
+    pub fn new() -> Machine {
+        Machine {
+            globals: Vec::new(),
+            stack: Vec::new(),
+            frames: Vec::new(),
+            delim: Delim::Base,
+            segs: Vec::new(),
+            seg_frames: 0,
+            stack_limit: DEFAULT_STACK_LIMIT,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            fuel: None,
+            next_tag: 1,
+            args: Vec::new(),
+            out: Box::new(std::io::stdout()),
+            exit_code: None,
+        }
+    }
+
+    /// Runs a compiled top-level item.
+    pub fn run(&mut self, func: Rc<Function>, nglobals: usize) -> Result<Value, Diagnostic> {
+        if self.globals.len() < nglobals {
+            self.globals.resize(nglobals, Value::Unit);
+        }
+        self.stack.clear();
+        self.frames.clear();
+        self.segs.clear();
+        self.seg_frames = 0;
+        self.delim = Delim::Base;
+        let clo = Rc::new(Closure {
+            func,
+            env: Vec::new(),
+        });
+        self.stack.push(Value::Closure(clo.clone()));
+        let nlocals = clo.func.nlocals as usize;
+        self.stack.resize(1 + nlocals, Value::Unit);
+        let r = self.exec(clo, 0, 1);
+        let _ = self.out.flush();
+        if r.is_err() {
+            self.stack.clear();
+            self.frames.clear();
+            self.segs.clear();
+            self.seg_frames = 0;
+        }
+        r
+    }
+
+    fn depth(&self) -> usize {
+        self.frames.len() + self.seg_frames
+    }
+
+    fn locate(&self, fault: Fault, clo: &Rc<Closure>, pc: usize) -> Diagnostic {
+        let span = clo
+            .func
+            .spans
+            .get(pc.saturating_sub(1))
+            .copied()
+            .unwrap_or(clo.func.span);
+        let mut d = Diagnostic::error(Phase::Runtime, fault.msg).label(span, "raised here");
+        if let Some(h) = fault.help {
+            d = d.help(h);
+        }
+        d.trace = self.trace(clo, span);
+        d
+    }
+
+    fn trace(&self, clo: &Rc<Closure>, span: Span) -> Vec<(String, Span)> {
+        let mut t = vec![(clo.func.name.to_string(), span)];
+        let all = self
+            .segs
+            .iter()
+            .map(|s| &s.frames)
+            .chain(std::iter::once(&self.frames));
+        let mut frames: Vec<&Frame> = all.flatten().collect();
+        frames.reverse();
+        for f in frames.into_iter().take(64) {
+            if let Frame::Dp { clo, pc, .. } = f {
+                let sp = clo
+                    .func
+                    .spans
+                    .get((*pc as usize).saturating_sub(1))
+                    .copied()
+                    .unwrap_or(clo.func.span);
+                t.push((clo.func.name.to_string(), sp));
+            }
+        }
+        t
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Value {
+        self.stack.pop().unwrap_or_default()
+    }
+
+    fn exec(
+        &mut self,
+        mut clo: Rc<Closure>,
+        mut pc: usize,
+        mut base: usize,
+    ) -> Result<Value, Diagnostic> {
+        macro_rules! fault {
+            ($e:expr) => {
+                return Err(self.locate($e, &clo, pc))
+            };
+        }
+        macro_rules! tryf {
+            ($e:expr) => {
+                match $e {
+                    Ok(v) => v,
+                    Err(f) => fault!(f),
+                }
+            };
+        }
+        macro_rules! goto {
+            ($next:expr) => {
+                match $next {
+                    Ok(Next::Run(c, p, b)) => {
+                        clo = c;
+                        pc = p;
+                        base = b;
+                        continue;
+                    }
+                    Ok(Next::Done(v)) => return Ok(v),
+                    Err(f) => fault!(f),
+                }
+            };
+        }
+        macro_rules! int2 {
+            ($f:expr) => {{
+                let b = self.pop();
+                let a = self.pop();
+                match (a, b) {
+                    (Value::Int(x), Value::Int(y)) => self.stack.push($f(x, y)),
+                    (a, b) => fault!(Fault::new(format!(
+                        "internal: integer operation on {} and {}",
+                        a.type_name(),
+                        b.type_name()
+                    ))),
+                }
+            }};
+        }
+        macro_rules! float2 {
+            ($p:expr, $f:expr) => {{
+                let b = self.pop();
+                let a = self.pop();
+                match (&a, &b) {
+                    (Value::Float(x), Value::Float(y)) => self.stack.push($f(*x, *y)),
+                    _ => {
+                        let v = tryf!(self.prim2($p, a, b));
+                        self.stack.push(v)
+                    }
+                }
+            }};
+        }
+        loop {
+            let op = clo.func.code[pc];
+            pc += 1;
+            match op {
+                Op::Const(k) => self.stack.push(clo.func.consts[k as usize].clone()),
+                Op::Local(s) => {
+                    let v = self.stack[base + s as usize].clone();
+                    self.stack.push(v);
+                }
+                Op::StoreLocal(s) => {
+                    let v = self.pop();
+                    self.stack[base + s as usize] = v;
+                }
+                Op::Capture(i) => self.stack.push(clo.env[i as usize].clone()),
+                Op::SelfRef => self.stack.push(Value::Closure(clo.clone())),
+                Op::Global(g) => self.stack.push(self.globals[g as usize].clone()),
+                Op::SetGlobal(g) => {
+                    let v = self.pop();
+                    self.globals[g as usize] = v;
+                }
+                Op::Builtin(i) => self.stack.push(Value::Builtin(i)),
+                Op::Closure(i) => {
+                    let (func, caps) = &clo.func.protos[i as usize];
+                    let env = caps
+                        .iter()
+                        .map(|c| match *c {
+                            VarRef::Local(s) => self.stack[base + s as usize].clone(),
+                            VarRef::Capture(j) => clo.env[j as usize].clone(),
+                            VarRef::SelfRef => Value::Closure(clo.clone()),
+                            VarRef::Global(g) => self.globals[g as usize].clone(),
+                        })
+                        .collect();
+                    self.stack.push(Value::Closure(Rc::new(Closure {
+                        func: func.clone(),
+                        env,
+                    })));
+                }
+                Op::Call(n) | Op::TailCall(n) => {
+                    let n = n as usize;
+                    let tail = matches!(op, Op::TailCall(_));
+                    if self.interrupt.load(Ordering::Relaxed) {
+                        self.interrupt.store(false, Ordering::Relaxed);
+                        fault!(Fault::new("interrupted"));
+                    }
+                    if let Some(f) = &mut self.fuel {
+                        if *f == 0 {
+                            fault!(Fault::new("out of fuel"));
+                        }
+                        *f -= 1;
+                    }
+                    let fpos = self.stack.len() - n - 1;
+                    if let Value::Closure(c) = &self.stack[fpos] {
+                        if c.func.arity as usize == n {
+                            let c = c.clone();
+                            if tail {
+                                let dst = base - 1;
+                                self.stack.drain(dst..fpos);
+                                base = dst + 1;
+                            } else {
+                                if self.depth() >= self.stack_limit {
+                                    fault!(Fault::new(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
+                                        .help("a recursion that never ends? otherwise raise the limit with `--stack-limit`"));
+                                }
+                                self.frames.push(Frame::Dp {
+                                    clo,
+                                    pc: pc as u32,
+                                    base: base as u32,
+                                });
+                                base = fpos + 1;
+                            }
+                            self.stack
+                                .resize(base + c.func.nlocals as usize, Value::Unit);
+                            clo = c;
+                            pc = 0;
+                            continue;
+                        }
+                    }
+                    let args: Vec<Value> = self.stack.drain(fpos + 1..).collect();
+                    let f = self.pop();
+                    let span = clo.func.spans[pc - 1];
+                    if tail {
+                        self.stack.truncate(base - 1);
+                    } else {
+                        self.frames.push(Frame::Dp {
+                            clo: clo.clone(),
+                            pc: pc as u32,
+                            base: base as u32,
+                        });
+                    }
+                    goto!(self.resume(Action::Apply(f, args, span)));
+                }
+                Op::CallBuiltin(i) => {
+                    let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
+                    let args: Vec<Value> = self.stack.drain(self.stack.len() - arity..).collect();
+                    match tryf!(self.builtin(i, args)) {
+                        BuiltinOut::Value(v) => self.stack.push(v),
+                        BuiltinOut::Control(c) => {
+                            self.frames.push(Frame::Dp {
+                                clo: clo.clone(),
+                                pc: pc as u32,
+                                base: base as u32,
+                            });
+                            let span = clo.func.spans[pc - 1];
+                            goto!(self.control(c, span));
+                        }
+                    }
+                }
+                Op::Return => {
+                    let v = self.pop();
+                    self.stack.truncate(base - 1);
+                    goto!(self.resume(Action::Return(v)));
+                }
+                Op::Jump(t) => pc = t as usize,
+                Op::JumpIfFalse(t) => {
+                    if let Value::Bool(false) = self.pop() {
+                        pc = t as usize;
+                    }
+                }
+                Op::Pop => {
+                    self.stack.pop();
+                }
+                Op::MatchOrJump(p, t) => {
+                    let v = self.pop();
+                    if !match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base) {
+                        pc = t as usize;
+                    }
+                }
+                Op::MatchFail => {
+                    fault!(Fault::new("no match: the value did not match any pattern")
+                        .help("the checker warned that this match is not exhaustive"))
+                }
+                Op::AddInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_add(y))),
+                Op::SubInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
+                Op::MulInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_mul(y))),
+                Op::LtInt => int2!(|x, y| Value::Bool(x < y)),
+                Op::LeInt => int2!(|x, y| Value::Bool(x <= y)),
+                Op::GtInt => int2!(|x, y| Value::Bool(x > y)),
+                Op::GeInt => int2!(|x, y| Value::Bool(x >= y)),
+                Op::EqInt => int2!(|x, y| Value::Bool(x == y)),
+                Op::AddFloat => float2!(Prim::Add, |x, y| Value::Float(x + y)),
+                Op::SubFloat => float2!(Prim::Sub, |x, y| Value::Float(x - y)),
+                Op::MulFloat => float2!(Prim::Mul, |x, y| Value::Float(x * y)),
+                Op::DivFloat => float2!(Prim::Div, |x, y| Value::Float(x / y)),
+                Op::LtFloat => float2!(Prim::Lt, |x, y| Value::Bool(x < y)),
+                Op::GtFloat => float2!(Prim::Gt, |x, y| Value::Bool(x > y)),
+                Op::Prim1(p) => {
+                    let a = self.pop();
+                    let v = tryf!(self.prim1(p, a));
+                    self.stack.push(v);
+                }
+                Op::Prim2(p) => {
+                    let b = self.pop();
+                    let a = self.pop();
+                    let v = tryf!(self.prim2(p, a, b));
+                    self.stack.push(v);
+                }
+                Op::MakeTuple(n) => {
+                    let vs: Vec<Value> =
+                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    self.stack.push(Value::Tuple(Rc::new(vs)));
+                }
+                Op::MakeList(n) => {
+                    let vs: Vec<Value> =
+                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    self.stack.push(Value::list(vs.into_iter()));
+                }
+                Op::MakeRecord(ni, n) => {
+                    let values: Vec<Value> =
+                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let names = clo.func.names[ni as usize].clone();
+                    self.stack
+                        .push(Value::Record(Rc::new(RecordVal { names, values })));
+                }
+                Op::Field(k) => {
+                    let Value::Str(name) = &clo.func.consts[k as usize] else {
+                        unreachable!()
+                    };
+                    let r = self.pop();
+                    match &r {
+                        Value::Record(rec) => match rec.get(name) {
+                            Some(v) => {
+                                let v = v.clone();
+                                self.stack.push(v)
+                            }
+                            None => fault!(Fault::new(format!("record has no field `{name}`"))),
+                        },
+                        other => fault!(Fault::new(format!(
+                            "internal: field access on {}",
+                            other.type_name()
+                        ))),
+                    }
+                }
+                Op::Update(ni, n) => {
+                    let vals: Vec<Value> =
+                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let base_rec = self.pop();
+                    let Value::Record(rec) = base_rec else {
+                        fault!(Fault::new("internal: update of a non-record"))
+                    };
+                    let mut values = rec.values.clone();
+                    for (name, v) in clo.func.names[ni as usize].iter().zip(vals) {
+                        match rec.names.iter().position(|x| x == name) {
+                            Some(i) => values[i] = v,
+                            None => fault!(Fault::new(format!("record has no field `{name}`"))),
+                        }
+                    }
+                    self.stack.push(Value::Record(Rc::new(RecordVal {
+                        names: rec.names.clone(),
+                        values,
+                    })));
+                }
+                Op::MakeCon(ci, n) => {
+                    let args: Vec<Value> =
+                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let c = &clo.func.cons[ci as usize];
+                    self.stack.push(Value::Con(Rc::new(ConVal {
+                        tag: c.tag,
+                        name: c.name.clone(),
+                        args,
+                    })));
+                }
+            }
+        }
+    }
+
+    /// Applies values and delivers returns until a dp function is ready to run.
+    fn resume(&mut self, mut action: Action) -> FResult<Next> {
+        loop {
+            action = match action {
+                Action::Return(v) => match self.frames.pop() {
+                    Some(Frame::Dp { clo, pc, base }) => {
+                        self.stack.push(v);
+                        return Ok(Next::Run(clo, pc as usize, base as usize));
+                    }
+                    Some(Frame::ApplyRest { args, span }) => Action::Apply(v, args, span),
+                    Some(Frame::JvpFinish { tag }) => Action::Return(ad::jvp_finish(self, tag, v)?),
+                    None => match self.pop_segment(v)? {
+                        Some(a) => a,
+                        None => return Ok(Next::Done(self.stack.pop().unwrap_or_default())),
+                    },
+                },
+                Action::Apply(f, mut args, span) => match f {
+                    Value::Closure(c) => {
+                        let arity = c.func.arity as usize;
+                        if args.len() < arity {
+                            Action::Return(Value::Pap(Rc::new(Pap {
+                                callee: Value::Closure(c),
+                                args,
+                            })))
+                        } else {
+                            if args.len() > arity {
+                                let rest = args.split_off(arity);
+                                self.frames.push(Frame::ApplyRest { args: rest, span });
+                            }
+                            if self.depth() >= self.stack_limit {
+                                return Err(Fault::new(format!(
+                                    "stack limit exceeded ({} nested calls)",
+                                    self.stack_limit
+                                )));
+                            }
+                            self.stack.push(Value::Closure(c.clone()));
+                            let base = self.stack.len();
+                            self.stack.extend(args);
+                            self.stack
+                                .resize(base + c.func.nlocals as usize, Value::Unit);
+                            // The callee returns through a Dp frame of its caller, already pushed.
+                            return Ok(Next::Run(c, 0, base));
+                        }
+                    }
+                    Value::Builtin(i) => {
+                        let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
+                        if args.len() < arity {
+                            Action::Return(Value::Pap(Rc::new(Pap { callee: f, args })))
+                        } else {
+                            if args.len() > arity {
+                                let rest = args.split_off(arity);
+                                self.frames.push(Frame::ApplyRest { args: rest, span });
+                            }
+                            match self.builtin(i, args)? {
+                                BuiltinOut::Value(v) => Action::Return(v),
+                                BuiltinOut::Control(c) => match self.control(c, span)? {
+                                    n @ Next::Run(..) => return Ok(n),
+                                    Next::Done(v) => return Ok(Next::Done(v)),
+                                },
+                            }
+                        }
+                    }
+                    Value::Pap(p) => {
+                        let mut all = p.args.clone();
+                        all.extend(args);
+                        Action::Apply(p.callee.clone(), all, span)
+                    }
+                    Value::Cont(k) => {
+                        let mut args = args.into_iter();
+                        let v = args.next().unwrap_or_default();
+                        let rest: Vec<Value> = args.collect();
+                        if !rest.is_empty() {
+                            self.frames.push(Frame::ApplyRest { args: rest, span });
+                        }
+                        let segments = match Rc::try_unwrap(k) {
+                            Ok(c) => c.segments,
+                            Err(shared) => shared.segments.clone(),
+                        };
+                        for s in segments {
+                            self.push_segment(s.delim);
+                            self.stack = s.stack;
+                            self.frames = s.frames;
+                        }
+                        Action::Return(v)
+                    }
+                    other => {
+                        return Err(Fault::new(format!(
+                            "internal: applying a {} as a function",
+                            other.type_name()
+                        )))
+                    }
+                },
+            };
+        }
+    }
+
+    /// Suspends the running segment and starts an empty one ended by `delim`.
+    fn push_segment(&mut self, delim: Delim) {
+        let seg = Segment {
+            stack: std::mem::take(&mut self.stack),
+            frames: std::mem::take(&mut self.frames),
+            delim: std::mem::replace(&mut self.delim, delim),
+        };
+        self.seg_frames += seg.frames.len();
+        self.segs.push(seg);
+    }
+
+    /// Makes the segment below the running one current again; returns its delimiter's
+    /// segment state that was running.
+    fn restore_below(&mut self) -> Delim {
+        let seg = self.segs.pop().expect("a segment below a delimiter");
+        self.seg_frames -= seg.frames.len();
+        self.stack = seg.stack;
+        self.frames = seg.frames;
+        std::mem::replace(&mut self.delim, seg.delim)
+    }
+
+    /// The running segment finished with `v`: act on its delimiter. `None` ends `run`.
+    fn pop_segment(&mut self, v: Value) -> FResult<Option<Action>> {
+        match &self.delim {
+            Delim::Base => {
+                self.stack.push(v);
+                Ok(None)
+            }
+            Delim::Reset => {
+                self.restore_below();
+                Ok(Some(Action::Return(v)))
+            }
+            Delim::GradPrompt(_) => {
+                self.restore_below();
+                // Now the handler segment is running: the backward pass is its work.
+                let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset)
+                else {
+                    return Err(Fault::new("internal: grad prompt without its handler"));
+                };
+                let result = ad::backward(self, *state, v)?;
+                self.restore_below();
+                Ok(Some(Action::Return(result)))
+            }
+            Delim::GradHandler(_) => Err(Fault::new("internal: returned into a grad handler")),
+        }
+    }
+
+    fn control(&mut self, c: Control, span: Span) -> FResult<Next> {
+        let action = match c {
+            Control::Reset(f) => {
+                self.push_segment(Delim::Reset);
+                Action::Apply(f, vec![Value::Unit], span)
+            }
+            Control::Shift(f) => {
+                // Capture every segment from the nearest reset up; the reset stays in place
+                // and the shift's body runs in an empty segment above it.
+                let first = if matches!(self.delim, Delim::Reset) {
+                    self.segs.len()
+                } else {
+                    match (1..self.segs.len())
+                        .rev()
+                        .find(|&i| matches!(self.segs[i].delim, Delim::Reset))
+                    {
+                        Some(i) => i,
+                        None => {
+                            return Err(Fault::new("`shift` without an enclosing `reset`")
+                                .help("wrap the computation in `reset (fun () -> …)`"))
+                        }
+                    }
+                };
+                let mut captured: Vec<Segment> = self.segs.drain(first..).collect();
+                self.seg_frames -= captured.iter().map(|s| s.frames.len()).sum::<usize>();
+                captured.push(Segment {
+                    stack: std::mem::take(&mut self.stack),
+                    frames: std::mem::take(&mut self.frames),
+                    delim: std::mem::replace(&mut self.delim, Delim::Reset),
+                });
+                Action::Apply(
+                    f,
+                    vec![Value::Cont(Rc::new(Cont { segments: captured }))],
+                    span,
+                )
+            }
+            Control::Grad { f, x, with_value } => {
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                let wrapped = ad::wrap(self, &x, tag)?;
+                self.push_segment(Delim::GradHandler(Box::new(GradState::new(
+                    tag,
+                    wrapped.clone(),
+                    with_value,
+                ))));
+                self.push_segment(Delim::GradPrompt(tag));
+                Action::Apply(f, vec![wrapped], span)
+            }
+            Control::Jvp { f, x, v } => {
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                let dual = ad::dual(self, &x, &v, tag)?;
+                self.frames.push(Frame::JvpFinish { tag });
+                Action::Apply(f, vec![dual], span)
+            }
+            Control::Exit(code) => {
+                self.exit_code = Some(code);
+                return Err(Fault::new(format!("exit {code}")));
+            }
+        };
+        self.resume(action)
+    }
+
+    /// The handler segment collecting adjoints for `tag`, if that `grad` is still running.
+    pub fn grad_handler(&mut self, tag: u32) -> Option<&mut GradState> {
+        let idx = if matches!(self.delim, Delim::GradPrompt(t) if t == tag) {
+            self.segs.len().checked_sub(1)?
+        } else {
+            let p = (1..self.segs.len())
+                .rev()
+                .find(|&i| matches!(self.segs[i].delim, Delim::GradPrompt(t) if t == tag))?;
+            p - 1
+        };
+        match &mut self.segs[idx].delim {
+            Delim::GradHandler(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    // ------------------------------------------------------------ primitives
+
+    pub fn prim1(&mut self, p: Prim, a: Value) -> FResult<Value> {
+        match (p, &a) {
+            (Prim::Neg, Value::Int(n)) => Ok(Value::Int(n.wrapping_neg())),
+            (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
+            (Prim::Neg, _) => ad::unary(self, crate::ad::rules::Un::Neg, a),
+            (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+            (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
+            _ => Err(Fault::new(format!(
+                "internal: `{p:?}` on {}",
+                a.type_name()
+            ))),
+        }
+    }
+
+    pub fn prim2(&mut self, p: Prim, a: Value, b: Value) -> FResult<Value> {
+        use Value::*;
+        Ok(match (p, &a, &b) {
+            (Prim::Add, Int(x), Int(y)) => Int(x.wrapping_add(*y)),
+            (Prim::Sub, Int(x), Int(y)) => Int(x.wrapping_sub(*y)),
+            (Prim::Mul, Int(x), Int(y)) => Int(x.wrapping_mul(*y)),
+            (Prim::Div | Prim::Rem, Int(_), Int(0)) => return Err(Fault::new("division by zero")),
+            (Prim::Div, Int(x), Int(y)) => Int(x.wrapping_div(*y)),
+            (Prim::Rem, Int(x), Int(y)) => Int(x.wrapping_rem(*y)),
+            (Prim::Pow, Int(x), Int(y)) => {
+                if *y < 0 {
+                    return Err(Fault::new(format!("negative Int exponent {y}"))
+                        .help("use Floats: `float x ** float y`"));
+                }
+                Int(x.wrapping_pow((*y).min(u32::MAX as i64) as u32))
+            }
+            (Prim::Add, Float(x), Float(y)) => Float(x + y),
+            (Prim::Sub, Float(x), Float(y)) => Float(x - y),
+            (Prim::Mul, Float(x), Float(y)) => Float(x * y),
+            (Prim::Div, Float(x), Float(y)) => Float(x / y),
+            (Prim::Pow, Float(x), Float(y)) => Float(x.powf(*y)),
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _)
+                if ad::is_ad(&a) || ad::is_ad(&b) =>
+            {
+                return ad::binary(self, p, a, b)
+            }
+            (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
+            (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
+            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
+                let o = compare(&a, &b)?;
+                Bool(match p {
+                    Prim::Lt => o.is_lt(),
+                    Prim::Le => o.is_le(),
+                    Prim::Gt => o.is_gt(),
+                    _ => o.is_ge(),
+                })
+            }
+            (Prim::Cons, _, _) => Value::cons(a, b),
+            (Prim::Append, Str(x), Str(y)) => Str(Rc::new(format!("{x}{y}"))),
+            (Prim::Append, _, _) => {
+                let items: Vec<Value> = a.iter_list().cloned().collect();
+                let mut l = b;
+                for v in items.into_iter().rev() {
+                    l = Value::cons(v, l);
+                }
+                l
+            }
+            (Prim::Assign, Ref(r), _) => {
+                *r.borrow_mut() = b;
+                Unit
+            }
+            _ => {
+                return Err(Fault::new(format!(
+                    "internal: `{p:?}` on {} and {}",
+                    a.type_name(),
+                    b.type_name()
+                )))
+            }
+        })
+    }
+
+    fn builtin(&mut self, i: u32, args: Vec<Value>) -> FResult<BuiltinOut> {
+        let b = TABLE[i as usize].1;
+        let mut it = args.into_iter();
+        let mut arg = || it.next().unwrap_or_default();
+        use crate::ad::rules::Un;
+        let v = match b {
+            B::Reset => return Ok(BuiltinOut::Control(Control::Reset(arg()))),
+            B::Shift => return Ok(BuiltinOut::Control(Control::Shift(arg()))),
+            B::Grad | B::ValueAndGrad => {
+                let (f, x) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Grad {
+                    f,
+                    x,
+                    with_value: b == B::ValueAndGrad,
+                }));
+            }
+            B::Jvp => {
+                let (f, x, v) = (arg(), arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Jvp { f, x, v }));
+            }
+            B::Exit => match arg() {
+                Value::Int(n) => return Ok(BuiltinOut::Control(Control::Exit(n as i32))),
+                _ => return Err(Fault::new("internal: exit")),
+            },
+            B::StopGradient => ad::strip_deep(&arg()),
+            B::Sin => self.math(Un::Sin, arg())?,
+            B::Cos => self.math(Un::Cos, arg())?,
+            B::Tan => self.math(Un::Tan, arg())?,
+            B::Exp => self.math(Un::Exp, arg())?,
+            B::Log => self.math(Un::Log, arg())?,
+            B::Sqrt => self.math(Un::Sqrt, arg())?,
+            B::Tanh => self.math(Un::Tanh, arg())?,
+            B::Sigmoid => self.math(Un::Sigmoid, arg())?,
+            B::Relu => self.math(Un::Relu, arg())?,
+            B::Abs => match arg() {
+                Value::Int(n) => Value::Int(n.wrapping_abs()),
+                x => self.math(Un::Abs, x)?,
+            },
+            other => super::prims::pure(self, other, &mut arg)?,
+        };
+        Ok(BuiltinOut::Value(v))
+    }
+
+    fn math(&mut self, op: crate::ad::rules::Un, x: Value) -> FResult<Value> {
+        match x {
+            Value::Float(f) => Ok(Value::Float(op.eval(f))),
+            other => ad::unary(self, op, other),
+        }
+    }
+}
+
+fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bool {
+    match p {
+        Pattern::Wild => true,
+        Pattern::Bind(s) => {
+            stack[base + *s as usize] = v.clone();
+            true
+        }
+        Pattern::As(s, q) => {
+            stack[base + *s as usize] = v.clone();
+            match_pattern(q, v, stack, base)
+        }
+        Pattern::Const(c) => match (c, v) {
+            (Const::Unit, _) => true,
+            (Const::Bool(a), Value::Bool(b)) => a == b,
+            (Const::Int(a), Value::Int(b)) => a == b,
+            (Const::Float(a), Value::Float(b)) => a == b,
+            (Const::Float(a), Value::Tracked(_) | Value::Dual(_)) => {
+                matches!(ad::strip(v), Value::Float(b) if *a == b)
+            }
+            (Const::Str(a), Value::Str(b)) => **a == ***b,
+            _ => false,
+        },
+        Pattern::Tuple(ps) => match v {
+            Value::Tuple(vs) => ps
+                .iter()
+                .zip(vs.iter())
+                .all(|(p, x)| match_pattern(p, x, stack, base)),
+            _ => false,
+        },
+        Pattern::Nil => matches!(v, Value::Nil),
+        Pattern::Cons(h, t) => match v {
+            Value::Cons(c) => {
+                match_pattern(h, &c.head, stack, base) && match_pattern(t, &c.tail, stack, base)
+            }
+            _ => false,
+        },
+        Pattern::Con { tag, args } => match v {
+            Value::Con(c) => {
+                c.tag == *tag
+                    && args
+                        .iter()
+                        .zip(&c.args)
+                        .all(|(p, x)| match_pattern(p, x, stack, base))
+            }
+            _ => false,
+        },
+        Pattern::Record(fs) => match v {
+            Value::Record(r) => fs
+                .iter()
+                .all(|(n, p)| r.get(n).is_some_and(|x| match_pattern(p, x, stack, base))),
+            _ => false,
+        },
+    }
+}
+
+/// Structural equality without recursion on the Rust stack.
+pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
+    let mut work: Vec<(Value, Value)> = vec![(a.clone(), b.clone())];
+    while let Some((x, y)) = work.pop() {
+        use Value::*;
+        match (&x, &y) {
+            (Unit, Unit) | (Nil, Nil) => {}
+            (Bool(p), Bool(q)) if p == q => {}
+            (Int(p), Int(q)) if p == q => {}
+            (Float(p), Float(q)) if p == q => {}
+            (Str(p), Str(q)) if p == q => {}
+            (Tuple(p), Tuple(q)) => work.extend(p.iter().cloned().zip(q.iter().cloned())),
+            (Cons(_), Cons(_)) => {
+                let (mut p, mut q) = (x.clone(), y.clone());
+                loop {
+                    match (&p, &q) {
+                        (Cons(c), Cons(d)) => {
+                            work.push((c.head.clone(), d.head.clone()));
+                            let (np, nq) = (c.tail.clone(), d.tail.clone());
+                            p = np;
+                            q = nq;
+                        }
+                        _ => {
+                            work.push((p, q));
+                            break;
+                        }
+                    }
+                }
+            }
+            (Record(p), Record(q)) => {
+                if p.names != q.names {
+                    return Ok(false);
+                }
+                work.extend(p.values.iter().cloned().zip(q.values.iter().cloned()));
+            }
+            (Con(p), Con(q)) => {
+                if p.tag != q.tag {
+                    return Ok(false);
+                }
+                work.extend(p.args.iter().cloned().zip(q.args.iter().cloned()));
+            }
+            (Ref(p), Ref(q)) => {
+                if !Rc::ptr_eq(p, q) {
+                    let (pv, qv) = (p.borrow().clone(), q.borrow().clone());
+                    work.push((pv, qv));
+                }
+            }
+            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => {
+                work.push((ad::strip(&x), ad::strip(&y)))
+            }
+            (Closure(_) | Builtin(_) | Pap(_) | Cont(_), _) => {
+                return Err(Fault::new("cannot compare functions for equality"));
+            }
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
+    use Value::*;
+    Ok(match (a, b) {
+        (Int(x), Int(y)) => x.cmp(y),
+        (Float(x), Float(y)) => x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Greater),
+        (Str(x), Str(y)) => x.cmp(y),
+        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => {
+            return compare(&ad::strip(a), &ad::strip(b))
+        }
+        _ => {
+            return Err(Fault::new(format!(
+                "internal: ordering {} and {}",
+                a.type_name(),
+                b.type_name()
+            )))
+        }
+    })
+}
+
+pub fn display(v: &Value) -> String {
+    show(v, true)
+}

@@ -1,0 +1,6 @@
+//! The evaluator: bytecode compiler, abstract machine with native shift/reset, values.
+
+pub mod compile;
+pub mod machine;
+pub mod prims;
+pub mod value;

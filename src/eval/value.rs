@@ -1,0 +1,273 @@
+//! Run-time values: small, cheap to clone (DESIGN.md principle 5). Heap data sits behind `Rc`;
+//! long lists and deep variant trees are dropped iteratively so no drop recursion can
+//! overflow the Rust stack.
+
+use super::compile::Function;
+use super::machine::Segment;
+use std::cell::RefCell;
+use std::fmt::Write;
+use std::rc::Rc;
+
+#[derive(Clone, Default)]
+pub enum Value {
+    #[default]
+    Unit,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Rc<String>),
+    Tuple(Rc<Vec<Value>>),
+    Nil,
+    Cons(Rc<ConsCell>),
+    Record(Rc<RecordVal>),
+    Con(Rc<ConVal>),
+    Ref(Rc<RefCell<Value>>),
+    Closure(Rc<Closure>),
+    Builtin(u32),
+    Pap(Rc<Pap>),
+    Cont(Rc<Cont>),
+    /// A value tracked by a reverse-mode `grad` (see `ad`).
+    Tracked(Rc<crate::ad::Tracked>),
+    /// A forward-mode dual number of a `jvp`.
+    Dual(Rc<crate::ad::Dual>),
+}
+
+pub struct ConsCell {
+    pub head: Value,
+    pub tail: Value,
+}
+
+impl Drop for ConsCell {
+    fn drop(&mut self) {
+        let mut next = std::mem::take(&mut self.tail);
+        while let Value::Cons(rc) = next {
+            match Rc::try_unwrap(rc) {
+                Ok(mut cell) => next = std::mem::take(&mut cell.tail),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+pub struct RecordVal {
+    /// Sorted field names.
+    pub names: Rc<[Rc<str>]>,
+    pub values: Vec<Value>,
+}
+
+impl RecordVal {
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.names
+            .iter()
+            .position(|n| &**n == name)
+            .map(|i| &self.values[i])
+    }
+}
+
+pub struct ConVal {
+    pub tag: u32,
+    pub name: Rc<str>,
+    pub args: Vec<Value>,
+}
+
+impl Drop for ConVal {
+    fn drop(&mut self) {
+        // Deep trees: move children into a worklist instead of recursing.
+        if self.args.iter().all(|a| !matches!(a, Value::Con(_))) {
+            return;
+        }
+        let mut work: Vec<Value> = std::mem::take(&mut self.args);
+        while let Some(v) = work.pop() {
+            if let Value::Con(rc) = v {
+                if let Ok(mut c) = Rc::try_unwrap(rc) {
+                    work.append(&mut c.args);
+                }
+            }
+        }
+    }
+}
+
+pub struct Closure {
+    pub func: Rc<Function>,
+    pub env: Vec<Value>,
+}
+
+pub struct Pap {
+    pub callee: Value,
+    pub args: Vec<Value>,
+}
+
+/// A captured delimited continuation: the segments above the delimiter, bottom first.
+pub struct Cont {
+    pub segments: Vec<Segment>,
+}
+
+impl Value {
+    pub fn str(s: impl Into<String>) -> Value {
+        Value::Str(Rc::new(s.into()))
+    }
+    pub fn list(items: impl DoubleEndedIterator<Item = Value>) -> Value {
+        let mut l = Value::Nil;
+        for v in items.rev() {
+            l = Value::Cons(Rc::new(ConsCell { head: v, tail: l }));
+        }
+        l
+    }
+    pub fn cons(h: Value, t: Value) -> Value {
+        Value::Cons(Rc::new(ConsCell { head: h, tail: t }))
+    }
+    /// Iterates a list's elements.
+    pub fn iter_list(&self) -> ListIter<'_> {
+        ListIter { cur: self }
+    }
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Unit => "Unit",
+            Value::Bool(_) => "Bool",
+            Value::Int(_) => "Int",
+            Value::Float(_) | Value::Tracked(_) | Value::Dual(_) => "Float",
+            Value::Str(_) => "String",
+            Value::Tuple(_) => "tuple",
+            Value::Nil | Value::Cons(_) => "List",
+            Value::Record(_) => "record",
+            Value::Con(_) => "variant",
+            Value::Ref(_) => "Ref",
+            Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_) => "function",
+        }
+    }
+}
+
+pub struct ListIter<'a> {
+    cur: &'a Value,
+}
+
+impl<'a> Iterator for ListIter<'a> {
+    type Item = &'a Value;
+    fn next(&mut self) -> Option<&'a Value> {
+        match self.cur {
+            Value::Cons(c) => {
+                self.cur = &c.tail;
+                Some(&c.head)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Shortest decimal that round-trips, always with a `.` or an exponent.
+pub fn fmt_float(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 {
+            "infinity".into()
+        } else {
+            "-infinity".into()
+        };
+    }
+    let a = x.abs();
+    let s = if a != 0.0 && !(1e-5..1e16).contains(&a) {
+        let e = format!("{x:e}");
+        // Rust writes 1e-8 / 1.5e21; keep that form.
+        e
+    } else {
+        format!("{x}")
+    };
+    if s.contains('.') || s.contains('e') || s.contains("inf") || s.contains("NaN") {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// Renders a value. Strings are quoted when nested inside a structure (`top` false).
+pub fn show(v: &Value, top: bool) -> String {
+    let mut out = String::new();
+    show_into(v, top, &mut out, 0);
+    out
+}
+
+fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
+    if depth > 10_000 {
+        out.push('…');
+        return;
+    }
+    match v {
+        Value::Unit => out.push_str("()"),
+        Value::Bool(b) => {
+            let _ = write!(out, "{b}");
+        }
+        Value::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Value::Float(x) => out.push_str(&fmt_float(*x)),
+        Value::Str(s) => {
+            if top {
+                out.push_str(s)
+            } else {
+                let _ = write!(out, "{:?}", s.as_str());
+            }
+        }
+        Value::Tuple(vs) => {
+            out.push('(');
+            for (i, x) in vs.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                show_into(x, false, out, depth + 1);
+            }
+            out.push(')');
+        }
+        Value::Nil | Value::Cons(_) => {
+            out.push('[');
+            for (i, x) in v.iter_list().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                show_into(x, false, out, depth + 1);
+            }
+            out.push(']');
+        }
+        Value::Record(r) => {
+            out.push_str("{ ");
+            for (i, (n, x)) in r.names.iter().zip(&r.values).enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                let _ = write!(out, "{n} = ");
+                show_into(x, false, out, depth + 1);
+            }
+            out.push_str(" }");
+        }
+        Value::Con(c) => {
+            out.push_str(&c.name);
+            for a in &c.args {
+                out.push(' ');
+                let atomic = match a {
+                    Value::Con(c2) => c2.args.is_empty(),
+                    Value::Int(n) => *n >= 0,
+                    Value::Float(x) => *x >= 0.0,
+                    _ => true,
+                };
+                if atomic {
+                    show_into(a, false, out, depth + 1);
+                } else {
+                    out.push('(');
+                    show_into(a, false, out, depth + 1);
+                    out.push(')');
+                }
+            }
+        }
+        Value::Ref(r) => {
+            out.push_str("ref ");
+            match r.try_borrow() {
+                Ok(x) => show_into(&x, false, out, depth + 1),
+                Err(_) => out.push('…'),
+            }
+        }
+        Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) => out.push_str("<fun>"),
+        Value::Cont(_) => out.push_str("<continuation>"),
+        Value::Tracked(_) | Value::Dual(_) => show_into(&crate::ad::strip(v), top, out, depth),
+    }
+}

@@ -1,0 +1,15 @@
+//! dp: a statically typed functional differentiable-programming language.
+
+pub mod ad;
+pub mod builtins;
+pub mod cli;
+pub mod core;
+pub mod diagnostic;
+pub mod eval;
+pub mod repl;
+pub mod session;
+pub mod source;
+pub mod syntax;
+pub mod types;
+
+pub use session::Session;

@@ -1,0 +1,58 @@
+//! The `dp` command line: `dp run`, `dp check`, `dp` (the REPL). No logic lives here.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "dp",
+    version,
+    about = "dp: a differentiable functional language with native shift/reset"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Maximum dp call depth before "stack limit exceeded".
+    #[arg(long, global = true, default_value_t = dp::eval::machine::DEFAULT_STACK_LIMIT)]
+    stack_limit: usize,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Type-check and run a program; arguments after the file go to `args`.
+    Run {
+        file: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Type-check a program without running it.
+    Check { file: String },
+    /// Start the interactive REPL (the default).
+    Repl,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The checker recurses on the syntax tree; give it room for deeply nested programs.
+    let handle = std::thread::Builder::new()
+        .stack_size(512 << 20)
+        .spawn(move || match cli.command {
+            Some(Command::Run { file, args }) => {
+                dp::cli::run_file(&file, args, cli.stack_limit, false)
+            }
+            Some(Command::Check { file }) => {
+                dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true)
+            }
+            Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
+        })
+        .expect("spawn the interpreter thread");
+    match handle.join() {
+        Ok(code) => ExitCode::from(code),
+        Err(_) => {
+            eprintln!(
+                "dp: internal error (a panic); please report it with the program that caused it"
+            );
+            ExitCode::from(101)
+        }
+    }
+}

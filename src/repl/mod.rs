@@ -1,0 +1,223 @@
+//! The REPL: rustyline with history and multi-line input; each entry is checked, then run;
+//! Ctrl-C interrupts a running evaluation and keeps every definition.
+
+use crate::session::{Echo, Session};
+use crate::syntax::parser;
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Context, Editor, Helper};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+/// Multi-line validation and completion of keywords and names.
+struct DpHelper {
+    names: Vec<String>,
+}
+
+impl Completer for DpHelper {
+    type Candidate = Pair;
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let start = line[..pos]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\''))
+            .map_or(0, |i| i + 1);
+        let word = &line[start..pos];
+        if word.is_empty() {
+            return Ok((pos, Vec::new()));
+        }
+        let found = self
+            .names
+            .iter()
+            .filter(|n| n.starts_with(word))
+            .map(|n| Pair {
+                display: n.clone(),
+                replacement: n.clone(),
+            })
+            .collect();
+        Ok((start, found))
+    }
+}
+
+impl Hinter for DpHelper {
+    type Hint = String;
+}
+impl Highlighter for DpHelper {}
+impl Helper for DpHelper {}
+
+impl Validator for DpHelper {
+    fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
+        Ok(if is_incomplete(ctx.input()) {
+            ValidationResult::Incomplete
+        } else {
+            ValidationResult::Valid(None)
+        })
+    }
+}
+
+/// An entry whose only problem is that it stops too early (the REPL asks for more lines).
+pub fn is_incomplete(input: &str) -> bool {
+    let trimmed = input.trim();
+    if trimmed.is_empty() || trimmed.starts_with(':') {
+        return false;
+    }
+    match parser::parse_program(input, 0) {
+        Ok(_) => false,
+        Err(d) => parser::is_incomplete(&d),
+    }
+}
+
+const HELP: &str = "\
+dp REPL — enter expressions or top-level items; an unfinished entry continues on the next line.
+  :type e      show the type of expression e without running it
+  :load file   check and run a file in this session
+  :help        this text
+  :quit        leave (Ctrl-D works too)
+Ctrl-C interrupts a running evaluation; definitions are kept.";
+
+fn history_path() -> Option<PathBuf> {
+    std::env::var_os("DP_HISTORY")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".dp_history")))
+}
+
+pub fn start(stack_limit: usize) -> u8 {
+    let mut session = match Session::new() {
+        Ok(s) => s,
+        Err(d) => {
+            eprintln!("dp: the standard library failed to load: {}", d.message);
+            return 70;
+        }
+    };
+    session.machine.stack_limit = stack_limit;
+    let flag = session.machine.interrupt.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+    let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("dp: cannot start the line editor: {e}");
+            return 1;
+        }
+    };
+    let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    names.extend(
+        session
+            .checker
+            .names_in_scope()
+            .into_iter()
+            .map(|(n, _)| n.to_string()),
+    );
+    names.sort();
+    names.dedup();
+    rl.set_helper(Some(DpHelper { names }));
+    let hist = history_path();
+    if let Some(h) = &hist {
+        let _ = rl.load_history(h);
+    }
+    println!(
+        "dp {} — :help for help, Ctrl-D to exit",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut n = 0;
+    loop {
+        match rl.readline("dp> ") {
+            Ok(line) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let _ = rl.add_history_entry(line.as_str());
+                n += 1;
+                session.machine.interrupt.store(false, Ordering::SeqCst);
+                if !handle(&mut session, &line, n) {
+                    break;
+                }
+            }
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("dp: {e}");
+                break;
+            }
+        }
+    }
+    if let Some(h) = &hist {
+        let _ = rl.save_history(h);
+    }
+    0
+}
+
+/// Handles one entry; false means quit.
+fn handle(session: &mut Session, line: &str, n: usize) -> bool {
+    let color = std::io::stderr().is_terminal();
+    let trimmed = line.trim();
+    if let Some(cmd) = trimmed.strip_prefix(':') {
+        let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+        match name {
+            "q" | "quit" => return false,
+            "h" | "help" => println!("{HELP}"),
+            "t" | "type" => {
+                let id = session.sources.add(format!("<repl {n}>"), rest);
+                let r = crate::syntax::lexer::lex(rest, id)
+                    .and_then(|toks| parser::parse_expr(toks, id))
+                    .and_then(|e| session.checker.type_of_expr(&e));
+                match r {
+                    Ok(t) => println!("{} : {t}", rest.trim()),
+                    Err(d) => eprint!("{}", session.render(&d, color)),
+                }
+            }
+            "l" | "load" => {
+                let path = rest.trim();
+                match std::fs::read_to_string(path) {
+                    Ok(text) => {
+                        let dir = Path::new(path)
+                            .parent()
+                            .map(Path::to_path_buf)
+                            .unwrap_or_default();
+                        let r = session.eval(path, &text, &dir);
+                        for w in session.take_warnings() {
+                            eprint!("{}", session.render(&w, color));
+                        }
+                        match r {
+                            Ok(_) => println!("loaded {path}"),
+                            Err(d) => eprint!("{}", session.render(&d, color)),
+                        }
+                    }
+                    Err(e) => eprintln!("error: cannot read `{path}`: {e}"),
+                }
+            }
+            other => eprintln!("unknown command `:{other}` (try :help)"),
+        }
+        return true;
+    }
+    let r = session.eval(&format!("<repl {n}>"), line, Path::new("."));
+    for w in session.take_warnings() {
+        eprint!("{}", session.render(&w, color));
+    }
+    match r {
+        Ok(echoes) => {
+            for e in echoes {
+                match e {
+                    Echo::Value { value, ty } => println!("- : {ty} = {value}"),
+                    Echo::Defined { name, ty } => println!("val {name} : {ty}"),
+                }
+            }
+        }
+        Err(d) => {
+            if session.machine.exit_code.take().is_some() {
+                return false;
+            }
+            eprint!("{}", session.render(&d, color))
+        }
+    }
+    true
+}

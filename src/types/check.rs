@@ -1,0 +1,1937 @@
+//! Type inference (HM with levels, let-polymorphism with the value restriction) that also
+//! elaborates the AST to core IR: names become slots, lambdas list their captures.
+
+use super::ty::{class, Printer, Scheme, Subst, Ty, UnifyError};
+use crate::builtins::{self, TABLE};
+use crate::core::{Const, Core, Lambda, Pattern, Prim, VarRef};
+use crate::diagnostic::{Diagnostic, Phase};
+use crate::source::Span;
+use crate::syntax::ast::*;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+type R<T> = Result<T, Diagnostic>;
+
+/// Deepest expression nesting the checker accepts (keeps its own recursion bounded).
+const MAX_DEPTH: u32 = 2000;
+
+#[derive(Clone, Debug)]
+pub struct ConInfo {
+    pub name: Rc<str>,
+    pub type_name: Rc<str>,
+    pub tag: u32,
+    pub arity: u32,
+    /// The constructor's curried function type (or the type itself when nullary).
+    pub scheme: Scheme,
+    /// Every constructor of the type, by tag.
+    pub siblings: Rc<[Rc<str>]>,
+}
+
+#[derive(Clone, Debug)]
+enum TypeBodyInfo {
+    Builtin,
+    Variants,
+    Alias(Vec<u32>, Ty),
+}
+
+#[derive(Clone, Debug)]
+struct TypeInfo {
+    arity: usize,
+    body: TypeBodyInfo,
+}
+
+#[derive(Clone, Debug)]
+enum Loc {
+    Global(u32),
+    Local {
+        depth: usize,
+        slot: u32,
+        boxed: bool,
+    },
+    Builtin(u32),
+    Module(usize),
+}
+
+/// A name's binding, opaque outside the checker.
+pub type BindingRef = Binding;
+
+#[derive(Clone, Debug)]
+pub struct Binding {
+    scheme: Scheme,
+    loc: Loc,
+    /// For a local `let rec f`: the function depth of f's own body, where f is `SelfRef`.
+    self_depth: Option<usize>,
+    span: Span,
+}
+
+pub struct Module {
+    pub name: Rc<str>,
+    exports: HashMap<Rc<str>, Binding>,
+}
+
+#[derive(Default)]
+struct FunCtx {
+    next_slot: u32,
+    max_slots: u32,
+    /// (key of the captured binding, where the creator finds it)
+    captures: Vec<((usize, u32), VarRef)>,
+}
+
+/// One checked top-level item, ready to compile and run.
+pub struct CheckedItem {
+    pub code: Core,
+    pub nlocals: u32,
+    pub span: Span,
+    /// Names this item defined, with their types rendered (for the REPL).
+    pub defined: Vec<(Rc<str>, String)>,
+    /// For a bare expression: its type rendered (the REPL echoes it).
+    pub expr_type: Option<String>,
+}
+
+pub struct Checker {
+    pub subst: Subst,
+    level: u32,
+    scope: HashMap<Rc<str>, Vec<Binding>>,
+    undo: Vec<Rc<str>>,
+    pub global_count: u32,
+    pub global_names: Vec<Rc<str>>,
+    funs: Vec<FunCtx>,
+    pub cons: HashMap<Rc<str>, ConInfo>,
+    types: HashMap<Rc<str>, TypeInfo>,
+    pub modules: Vec<Module>,
+    pub warnings: Vec<Diagnostic>,
+    /// Answer types of the `reset (fun () -> …)` bodies lexically around, with their depth.
+    resets: Vec<(usize, Ty)>,
+    tyvars: HashMap<String, Ty>,
+    depth: u32,
+}
+
+fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
+    let (constraints, body) = match spec.split_once("=>") {
+        Some((c, b)) => (c.trim(), b.trim()),
+        None => ("", spec),
+    };
+    let tokens = crate::syntax::lexer::lex(body, u32::MAX).expect("builtin type lexes");
+    let te = crate::syntax::parser::parse_type(tokens).expect("builtin type parses");
+    let mut vars = HashMap::new();
+    for c in constraints.split(',').filter(|c| !c.trim().is_empty()) {
+        let mut it = c.split_whitespace();
+        let cls = match it.next() {
+            Some("Num") => class::NUM,
+            Some("Diff") => class::DIFF,
+            Some("Real") => class::REAL | class::NUM,
+            _ => 0,
+        };
+        let v = it.next().unwrap_or("a").to_string();
+        vars.insert(v, sub.fresh_with(1, cls));
+    }
+    let ty = convert_simple(sub, &te, &mut vars);
+    let qs = vars
+        .values()
+        .map(|t| if let Ty::Var(v) = t { *v } else { 0 })
+        .collect();
+    Scheme { vars: qs, ty }
+}
+
+/// Converts builtin type expressions (only builtin type names, no aliases).
+fn convert_simple(sub: &mut Subst, te: &TypeExpr, vars: &mut HashMap<String, Ty>) -> Ty {
+    match &te.kind {
+        TypeExprKind::Var(v) => vars
+            .entry(v.clone())
+            .or_insert_with(|| sub.fresh(1))
+            .clone(),
+        TypeExprKind::Con(n, args) => Ty::Con(
+            n.as_str().into(),
+            args.iter().map(|a| convert_simple(sub, a, vars)).collect(),
+        ),
+        TypeExprKind::Fun(a, b) => {
+            Ty::fun(convert_simple(sub, a, vars), convert_simple(sub, b, vars))
+        }
+        TypeExprKind::Tuple(ts) => {
+            Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars)).collect())
+        }
+        TypeExprKind::Record(_) => Ty::unit(),
+    }
+}
+
+impl Default for Checker {
+    /// An empty checker (no builtins); `Checker::new` is the real constructor.
+    fn default() -> Self {
+        Checker {
+            subst: Subst::default(),
+            level: 0,
+            scope: HashMap::new(),
+            undo: Vec::new(),
+            global_count: 0,
+            global_names: Vec::new(),
+            funs: Vec::new(),
+            cons: HashMap::new(),
+            types: HashMap::new(),
+            modules: Vec::new(),
+            warnings: Vec::new(),
+            resets: Vec::new(),
+            tyvars: HashMap::new(),
+            depth: 0,
+        }
+    }
+}
+
+impl Checker {
+    pub fn new() -> Checker {
+        let mut c = Checker {
+            subst: Subst::default(),
+            level: 0,
+            scope: HashMap::new(),
+            undo: Vec::new(),
+            global_count: 0,
+            global_names: Vec::new(),
+            funs: Vec::new(),
+            cons: HashMap::new(),
+            types: HashMap::new(),
+            modules: Vec::new(),
+            warnings: Vec::new(),
+            resets: Vec::new(),
+            tyvars: HashMap::new(),
+            depth: 0,
+        };
+        for (n, a) in [
+            ("Int", 0),
+            ("Float", 0),
+            ("Bool", 0),
+            ("String", 0),
+            ("Unit", 0),
+            ("Tensor", 0),
+            ("List", 1),
+            ("Ref", 1),
+        ] {
+            c.types.insert(
+                n.into(),
+                TypeInfo {
+                    arity: a,
+                    body: TypeBodyInfo::Builtin,
+                },
+            );
+        }
+        for (i, (name, _, ty)) in TABLE.iter().enumerate() {
+            let scheme = builtin_scheme(&mut c.subst, ty);
+            c.scope.entry((*name).into()).or_default().push(Binding {
+                scheme,
+                loc: Loc::Builtin(i as u32),
+                self_depth: None,
+                span: Span::default(),
+            });
+        }
+        c
+    }
+
+    // ------------------------------------------------------------ scopes and slots
+
+    fn push_binding(&mut self, name: Rc<str>, b: Binding) {
+        self.scope.entry(name.clone()).or_default().push(b);
+        self.undo.push(name);
+    }
+    fn mark(&self) -> usize {
+        self.undo.len()
+    }
+    fn pop_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let n = self.undo.pop().unwrap();
+            if let Some(v) = self.scope.get_mut(&n) {
+                v.pop();
+            }
+        }
+    }
+    fn fun_depth(&self) -> usize {
+        self.funs.len() - 1
+    }
+    fn new_slot(&mut self) -> u32 {
+        let f = self.funs.last_mut().unwrap();
+        let s = f.next_slot;
+        f.next_slot += 1;
+        f.max_slots = f.max_slots.max(f.next_slot);
+        s
+    }
+    fn bind_local(&mut self, name: &str, ty: Ty, span: Span) -> u32 {
+        let slot = self.new_slot();
+        let depth = self.fun_depth();
+        self.push_binding(
+            name.into(),
+            Binding {
+                scheme: Scheme::mono(ty),
+                loc: Loc::Local {
+                    depth,
+                    slot,
+                    boxed: false,
+                },
+                self_depth: None,
+                span,
+            },
+        );
+        slot
+    }
+
+    /// Resolves a local defined at `def_depth` (slot, or SelfRef when slot is None) from the
+    /// current function, threading captures through every function in between.
+    fn access(&mut self, def_depth: usize, slot: Option<u32>) -> VarRef {
+        let here = self.fun_depth();
+        let base = match slot {
+            Some(s) => VarRef::Local(s),
+            None => VarRef::SelfRef,
+        };
+        if def_depth == here {
+            return base;
+        }
+        let key = (def_depth, slot.unwrap_or(u32::MAX));
+        let mut src = base;
+        for d in def_depth + 1..=here {
+            let f = &mut self.funs[d];
+            let idx = match f.captures.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    f.captures.push((key, src));
+                    f.captures.len() - 1
+                }
+            };
+            src = VarRef::Capture(idx as u32);
+        }
+        src
+    }
+
+    // ------------------------------------------------------------ types
+
+    fn instantiate(&mut self, s: &Scheme) -> Ty {
+        if s.vars.is_empty() {
+            return s.ty.clone();
+        }
+        let mut map = HashMap::new();
+        for v in &s.vars {
+            let cls = self.subst.class_of(*v);
+            map.insert(*v, self.subst.fresh_with(self.level, cls));
+        }
+        self.copy_ty(&s.ty, &map)
+    }
+    fn copy_ty(&mut self, t: &Ty, map: &HashMap<u32, Ty>) -> Ty {
+        match self.subst.prune(t) {
+            Ty::Var(v) => map.get(&v).cloned().unwrap_or(Ty::Var(v)),
+            Ty::Con(n, a) => Ty::Con(n, a.iter().map(|x| self.copy_ty(x, map)).collect()),
+            Ty::Fun(a, b) => Ty::fun(self.copy_ty(&a, map), self.copy_ty(&b, map)),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|x| self.copy_ty(x, map)).collect()),
+            Ty::Record(r) => Ty::Record(Box::new(self.copy_ty(&r, map))),
+            Ty::RowEmpty => Ty::RowEmpty,
+            Ty::RowExt(l, a, r) => Ty::RowExt(
+                l,
+                Box::new(self.copy_ty(&a, map)),
+                Box::new(self.copy_ty(&r, map)),
+            ),
+        }
+    }
+    fn generalize(&self, t: &Ty) -> Scheme {
+        let mut vars = Vec::new();
+        self.free_vars(t, &mut vars);
+        vars.retain(|v| self.subst.level_of(*v) > self.level);
+        Scheme {
+            vars,
+            ty: self.subst.resolve(t),
+        }
+    }
+    fn free_vars(&self, t: &Ty, out: &mut Vec<u32>) {
+        match self.subst.prune(t) {
+            Ty::Var(v) => {
+                if !out.contains(&v) {
+                    out.push(v)
+                }
+            }
+            Ty::Con(_, a) | Ty::Tuple(a) => a.iter().for_each(|x| self.free_vars(x, out)),
+            Ty::Fun(a, b) => {
+                self.free_vars(&a, out);
+                self.free_vars(&b, out)
+            }
+            Ty::Record(r) => self.free_vars(&r, out),
+            Ty::RowEmpty => {}
+            Ty::RowExt(_, a, r) => {
+                self.free_vars(&a, out);
+                self.free_vars(&r, out)
+            }
+        }
+    }
+    fn fresh(&mut self) -> Ty {
+        self.subst.fresh(self.level)
+    }
+    pub fn show(&self, t: &Ty) -> String {
+        Printer::default().show(&self.subst, t)
+    }
+
+    /// Unifies `found` (the type of the thing at `span`) with `expected`.
+    fn unify_at(
+        &mut self,
+        expected: &Ty,
+        found: &Ty,
+        span: Span,
+        other: Option<(Span, &str)>,
+    ) -> R<()> {
+        match self.subst.unify(expected, found) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.unify_error(e, expected, found, span, other)),
+        }
+    }
+
+    fn unify_error(
+        &self,
+        e: UnifyError,
+        expected: &Ty,
+        found: &Ty,
+        span: Span,
+        other: Option<(Span, &str)>,
+    ) -> Diagnostic {
+        let mut p = Printer::default();
+        let (exp, fnd) = (p.show(&self.subst, expected), p.show(&self.subst, found));
+        let mut d = match e {
+            UnifyError::Class(c, t) => {
+                let shown = p.show(&self.subst, &t);
+                let mut d = Diagnostic::error(
+                    Phase::Type,
+                    format!("type `{shown}` is not {}", class::describe(c)),
+                )
+                .label(span, format!("this has type `{fnd}`"));
+                if c == class::NUM || c == class::REAL {
+                    if shown == "Int" && fnd.contains("Int") {
+                        d = d.help("Int and Float never mix: convert with `float n` (or `int x`)");
+                    }
+                } else if c == class::DIFF {
+                    d = d.note("grad, value_and_grad and jvp differentiate with respect to Float, Tensor, or tuples, records and lists of them");
+                }
+                return d;
+            }
+            UnifyError::Occurs(_, _) => Diagnostic::error(
+                Phase::Type,
+                "infinite type: a value would have to contain itself",
+            )
+            .label(
+                span,
+                format!("this has type `{fnd}`, which would have to equal `{exp}`"),
+            ),
+            UnifyError::MissingField(l) => {
+                Diagnostic::error(Phase::Type, format!("record has no field `{l}`"))
+                    .label(span, format!("this has type `{fnd}`"))
+                    .note(format!("expected a record of type `{exp}`"))
+            }
+            UnifyError::Mismatch(..) => Diagnostic::error(
+                Phase::Type,
+                format!("type mismatch: expected `{exp}`, found `{fnd}`"),
+            )
+            .label(span, format!("this has type `{fnd}`")),
+        };
+        if let Some((s2, text)) = other {
+            d = d.label(s2, format!("{text} `{exp}`"));
+        }
+        if (exp == "Int" && fnd == "Float") || (exp == "Float" && fnd == "Int") {
+            d = d.help("Int and Float never mix: convert with `float n` or `int x`");
+        }
+        d
+    }
+
+    fn convert_type(&mut self, te: &TypeExpr) -> R<Ty> {
+        Ok(match &te.kind {
+            TypeExprKind::Var(v) => {
+                if let Some(t) = self.tyvars.get(v) {
+                    t.clone()
+                } else {
+                    let t = self.fresh();
+                    self.tyvars.insert(v.clone(), t.clone());
+                    t
+                }
+            }
+            TypeExprKind::Con(n, args) => {
+                let Some(info) = self.types.get(n.as_str()).cloned() else {
+                    return Err(
+                        Diagnostic::error(Phase::Type, format!("unknown type `{n}`"))
+                            .label(te.span, "not a declared type"),
+                    );
+                };
+                if info.arity != args.len() {
+                    return Err(Diagnostic::error(
+                        Phase::Type,
+                        format!(
+                            "type `{n}` takes {} argument(s), given {}",
+                            info.arity,
+                            args.len()
+                        ),
+                    )
+                    .label(te.span, "wrong number of type arguments"));
+                }
+                let args = args
+                    .iter()
+                    .map(|a| self.convert_type(a))
+                    .collect::<R<Vec<_>>>()?;
+                match info.body {
+                    TypeBodyInfo::Alias(params, body) => {
+                        let map = params.into_iter().zip(args).collect();
+                        self.copy_ty(&body, &map)
+                    }
+                    _ => Ty::Con(n.as_str().into(), args),
+                }
+            }
+            TypeExprKind::Fun(a, b) => Ty::fun(self.convert_type(a)?, self.convert_type(b)?),
+            TypeExprKind::Tuple(ts) => {
+                Ty::Tuple(ts.iter().map(|a| self.convert_type(a)).collect::<R<_>>()?)
+            }
+            TypeExprKind::Record(fs) => {
+                let mut row = Ty::RowEmpty;
+                let mut seen: Vec<&str> = Vec::new();
+                for f in fs.iter().rev() {
+                    if seen.contains(&f.name.as_str()) {
+                        return Err(Diagnostic::error(
+                            Phase::Type,
+                            format!("field `{}` appears twice", f.name),
+                        )
+                        .label(f.span, "duplicate field"));
+                    }
+                    seen.push(&f.name);
+                    row = Ty::RowExt(
+                        f.name.as_str().into(),
+                        Box::new(self.convert_type(&f.value)?),
+                        Box::new(row),
+                    );
+                }
+                Ty::Record(Box::new(row))
+            }
+        })
+    }
+
+    // ------------------------------------------------------------ items
+
+    pub fn declare_type(&mut self, d: &TypeDecl) -> R<()> {
+        if self
+            .types
+            .get(d.name.as_str())
+            .is_some_and(|t| matches!(t.body, TypeBodyInfo::Builtin))
+        {
+            return Err(Diagnostic::error(
+                Phase::Type,
+                format!("`{}` is a built-in type and cannot be redefined", d.name),
+            )
+            .label(d.span, "here"));
+        }
+        // Register first so recursive types refer to themselves.
+        self.types.insert(
+            d.name.as_str().into(),
+            TypeInfo {
+                arity: d.params.len(),
+                body: TypeBodyInfo::Variants,
+            },
+        );
+        self.tyvars.clear();
+        let params: Vec<Ty> = d
+            .params
+            .iter()
+            .map(|p| {
+                let t = self.subst.fresh(u32::MAX);
+                self.tyvars.insert(p.clone(), t.clone());
+                t
+            })
+            .collect();
+        let pvars: Vec<u32> = params
+            .iter()
+            .map(|t| if let Ty::Var(v) = t { *v } else { 0 })
+            .collect();
+        match &d.body {
+            TypeBody::Alias(te) => {
+                let ty = self.convert_type(te)?;
+                self.types.insert(
+                    d.name.as_str().into(),
+                    TypeInfo {
+                        arity: d.params.len(),
+                        body: TypeBodyInfo::Alias(pvars, ty),
+                    },
+                );
+            }
+            TypeBody::Variants(vs) => {
+                let result = Ty::Con(d.name.as_str().into(), params.clone());
+                let siblings: Rc<[Rc<str>]> =
+                    vs.iter().map(|v| Rc::from(v.name.as_str())).collect();
+                let mut infos = Vec::new();
+                for (tag, v) in vs.iter().enumerate() {
+                    if vs[..tag].iter().any(|w| w.name == v.name) {
+                        return Err(Diagnostic::error(
+                            Phase::Type,
+                            format!("constructor `{}` declared twice", v.name),
+                        )
+                        .label(v.span, "duplicate"));
+                    }
+                    let mut ty = result.clone();
+                    for a in v.args.iter().rev() {
+                        let at = self.convert_type(a)?;
+                        ty = Ty::fun(at, ty);
+                    }
+                    let mut extra = Vec::new();
+                    self.free_vars(&ty, &mut extra);
+                    if let Some(bad) = extra.iter().find(|x| !pvars.contains(x)) {
+                        let _ = bad;
+                        return Err(Diagnostic::error(Phase::Type, format!("constructor `{}` uses a type variable that is not a parameter of `{}`", v.name, d.name))
+                            .label(v.span, "declare it after the type name, e.g. `type Box a = Box a`"));
+                    }
+                    infos.push(ConInfo {
+                        name: v.name.as_str().into(),
+                        type_name: d.name.as_str().into(),
+                        tag: tag as u32,
+                        arity: v.args.len() as u32,
+                        scheme: Scheme {
+                            vars: pvars.clone(),
+                            ty,
+                        },
+                        siblings: siblings.clone(),
+                    });
+                }
+                for i in infos {
+                    self.cons.insert(i.name.clone(), i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one top-level item. Top-level names become globals.
+    pub fn check_item(
+        &mut self,
+        item: &Item,
+        resolve_import: &mut dyn FnMut(&mut Checker, &ImportTarget, Span) -> R<usize>,
+    ) -> R<CheckedItem> {
+        self.tyvars.clear();
+        self.funs = vec![FunCtx::default()];
+        self.level = 0;
+        let mut defined = Vec::new();
+        let mut expr_type = None;
+        let code = match &item.kind {
+            ItemKind::Type(d) => {
+                self.declare_type(d)?;
+                Core::Const(Const::Unit)
+            }
+            ItemKind::Import(target) => {
+                let m = resolve_import(self, target, item.span)?;
+                let name = self.modules[m].name.clone();
+                self.push_binding(
+                    name,
+                    Binding {
+                        scheme: Scheme::mono(Ty::unit()),
+                        loc: Loc::Module(m),
+                        self_depth: None,
+                        span: item.span,
+                    },
+                );
+                Core::Const(Const::Unit)
+            }
+            ItemKind::Expr(e) => {
+                let (c, t) = self.infer(e)?;
+                expr_type = Some(self.show(&t));
+                c
+            }
+            ItemKind::Let(p, e) => {
+                let simple = simple_var(p);
+                let is_value = is_syntactic_value(e);
+                self.level += 1;
+                let (mut c, t) = self.infer(e)?;
+                self.level -= 1;
+                if let (Some(name), Core::Lam(l)) = (simple, &mut c) {
+                    name_lambda(l, name);
+                }
+                match simple {
+                    Some(name) => {
+                        if let PatKind::Annot(_, te) = &p.kind {
+                            let at = self.convert_type(te)?;
+                            self.unify_at(&at, &t, e.span, Some((te.span, "annotated as")))?;
+                        }
+                        let scheme = if is_value {
+                            self.generalize(&t)
+                        } else {
+                            Scheme::mono(t)
+                        };
+                        let g = self.new_global(name);
+                        defined.push((Rc::from(name), self.show_scheme(&scheme)));
+                        self.push_binding(
+                            name.into(),
+                            Binding {
+                                scheme,
+                                loc: Loc::Global(g),
+                                self_depth: None,
+                                span: p.span,
+                            },
+                        );
+                        Core::SetGlobal(g, Box::new(c))
+                    }
+                    None => {
+                        let mut binds = Vec::new();
+                        let pat = self.infer_pat(p, &t, &mut binds)?;
+                        self.warn_exhaustive(
+                            std::slice::from_ref(p),
+                            &t,
+                            p.span,
+                            "this `let` pattern",
+                        );
+                        let mut sets = Vec::new();
+                        for (name, ty, slot, span) in binds {
+                            let scheme = if is_value {
+                                self.generalize(&ty)
+                            } else {
+                                Scheme::mono(ty)
+                            };
+                            let g = self.new_global(&name);
+                            defined.push((name.clone(), self.show_scheme(&scheme)));
+                            self.push_binding(
+                                name,
+                                Binding {
+                                    scheme,
+                                    loc: Loc::Global(g),
+                                    self_depth: None,
+                                    span,
+                                },
+                            );
+                            sets.push(Core::SetGlobal(
+                                g,
+                                Box::new(Core::Var(VarRef::Local(slot), span)),
+                            ));
+                        }
+                        let body = sets
+                            .into_iter()
+                            .rev()
+                            .fold(Core::Const(Const::Unit), |acc, s| {
+                                Core::Seq(Box::new(s), Box::new(acc))
+                            });
+                        Core::LetPat(pat, Box::new(c), Box::new(body), p.span)
+                    }
+                }
+            }
+            ItemKind::LetRec(defs) => {
+                self.level += 1;
+                let mut tys = Vec::new();
+                let mut globals = Vec::new();
+                let m = self.mark();
+                for d in defs {
+                    let t = self.fresh();
+                    let g = self.new_global(&d.name);
+                    self.push_binding(
+                        d.name.as_str().into(),
+                        Binding {
+                            scheme: Scheme::mono(t.clone()),
+                            loc: Loc::Global(g),
+                            self_depth: None,
+                            span: d.name_span,
+                        },
+                    );
+                    tys.push(t);
+                    globals.push(g);
+                }
+                let mut lams = Vec::new();
+                for (d, t) in defs.iter().zip(&tys) {
+                    let (lam, lt) = self.infer_fundef(d)?;
+                    self.unify_at(t, &lt, d.name_span, None)?;
+                    lams.push(lam);
+                }
+                self.level -= 1;
+                self.pop_to(m);
+                let mut code = Core::Const(Const::Unit);
+                for ((d, t), (g, lam)) in defs.iter().zip(&tys).zip(globals.iter().zip(lams)).rev()
+                {
+                    let scheme = self.generalize(t);
+                    defined.push((Rc::from(d.name.as_str()), self.show_scheme(&scheme)));
+                    self.push_binding(
+                        d.name.as_str().into(),
+                        Binding {
+                            scheme,
+                            loc: Loc::Global(*g),
+                            self_depth: None,
+                            span: d.name_span,
+                        },
+                    );
+                    code = Core::Seq(
+                        Box::new(Core::SetGlobal(*g, Box::new(Core::Lam(lam)))),
+                        Box::new(code),
+                    );
+                }
+                defined.reverse();
+                code
+            }
+        };
+        // Top-level bindings stay in scope for the rest of the program.
+        self.undo.clear();
+        let nlocals = self.funs[0].max_slots;
+        Ok(CheckedItem {
+            code,
+            nlocals,
+            span: item.span,
+            defined,
+            expr_type,
+        })
+    }
+
+    fn show_scheme(&self, s: &Scheme) -> String {
+        self.show(&s.ty)
+    }
+
+    fn new_global(&mut self, name: &str) -> u32 {
+        self.global_count += 1;
+        self.global_names.push(name.into());
+        self.global_count - 1
+    }
+
+    /// Registers a checked module: `names` are its top-level names (looked up now).
+    pub fn add_module(&mut self, name: &str, names: &[Rc<str>]) -> usize {
+        let mut exports = HashMap::new();
+        for n in names {
+            if let Some(b) = self.scope.get(n).and_then(|v| v.last()) {
+                exports.insert(n.clone(), b.clone());
+            }
+        }
+        self.modules.push(Module {
+            name: name.into(),
+            exports,
+        });
+        self.modules.len() - 1
+    }
+
+    /// Scope snapshot support for checking a module in isolation: hides the current
+    /// top-level names and restores them afterwards.
+    pub fn enter_module(
+        &mut self,
+        base: &HashMap<Rc<str>, Vec<Binding>>,
+    ) -> HashMap<Rc<str>, Vec<Binding>> {
+        std::mem::replace(&mut self.scope, base.clone())
+    }
+    pub fn leave_module(&mut self, saved: HashMap<Rc<str>, Vec<Binding>>) {
+        self.scope = saved;
+    }
+    pub fn scope_snapshot(&self) -> HashMap<Rc<str>, Vec<Binding>> {
+        self.scope.clone()
+    }
+
+    /// Names and rendered types of every value in scope (for the REPL's completion and the LSP).
+    pub fn names_in_scope(&self) -> Vec<(Rc<str>, String)> {
+        let mut v: Vec<_> = self
+            .scope
+            .iter()
+            .filter_map(|(n, bs)| bs.last().map(|b| (n.clone(), self.show(&b.scheme.ty))))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The type of a name in scope, rendered.
+    pub fn type_of_name(&self, name: &str) -> Option<String> {
+        self.scope
+            .get(name)
+            .and_then(|v| v.last())
+            .map(|b| self.show(&b.scheme.ty))
+    }
+
+    /// Infers the type of a standalone expression (REPL `:type`), without running it.
+    pub fn type_of_expr(&mut self, e: &Expr) -> R<String> {
+        self.funs = vec![FunCtx::default()];
+        self.tyvars.clear();
+        self.level = 1;
+        let r = self.infer(e);
+        self.level = 0;
+        let (_, t) = r?;
+        Ok(self.show(&t))
+    }
+
+    // ------------------------------------------------------------ expressions
+
+    fn infer(&mut self, e: &Expr) -> R<(Core, Ty)> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth = 0;
+            return Err(
+                Diagnostic::error(Phase::Type, "expression nested too deeply")
+                    .label(e.span, "here")
+                    .note(format!("the limit is {MAX_DEPTH} levels")),
+            );
+        }
+        let r = self.infer_inner(e);
+        self.depth = self.depth.saturating_sub(1);
+        r
+    }
+
+    fn infer_inner(&mut self, e: &Expr) -> R<(Core, Ty)> {
+        let sp = e.span;
+        Ok(match &e.kind {
+            ExprKind::Lit(l) => lit(l),
+            ExprKind::Var(x) => self.infer_var(x, sp)?,
+            ExprKind::Con(c) => self.infer_con_app(c, sp, &[], sp)?,
+            ExprKind::App(..) => {
+                let (head, args) = spine(e);
+                self.infer_app(head, &args, sp)?
+            }
+            ExprKind::Lam(params, body) => {
+                let (lam, t) = self.infer_lambda("fun", params, body, sp, None)?;
+                (Core::Lam(lam), t)
+            }
+            ExprKind::Let(p, e1, e2) => {
+                let simple = simple_var(p);
+                let is_value = is_syntactic_value(e1);
+                self.level += 1;
+                let (mut c1, t1) = self.infer(e1)?;
+                self.level -= 1;
+                let m = self.mark();
+                let core = if let Some(name) = simple {
+                    if let Core::Lam(l) = &mut c1 {
+                        name_lambda(l, name);
+                    }
+                    if let PatKind::Annot(_, te) = &p.kind {
+                        let at = self.convert_type(te)?;
+                        self.unify_at(&at, &t1, e1.span, Some((te.span, "annotated as")))?;
+                    }
+                    let scheme = if is_value {
+                        self.generalize(&t1)
+                    } else {
+                        Scheme::mono(t1)
+                    };
+                    let slot = self.new_slot();
+                    let depth = self.fun_depth();
+                    self.push_binding(
+                        name.into(),
+                        Binding {
+                            scheme,
+                            loc: Loc::Local {
+                                depth,
+                                slot,
+                                boxed: false,
+                            },
+                            self_depth: None,
+                            span: p.span,
+                        },
+                    );
+                    let (c2, t2) = self.infer(e2)?;
+                    self.pop_to(m);
+                    return Ok((Core::Let(slot, Box::new(c1), Box::new(c2)), t2));
+                } else {
+                    let mut binds = Vec::new();
+                    let pat = self.infer_pat(p, &t1, &mut binds)?;
+                    self.warn_exhaustive(
+                        std::slice::from_ref(&**p),
+                        &t1,
+                        p.span,
+                        "this `let` pattern",
+                    );
+                    for (name, ty, slot, span) in binds {
+                        let depth = self.fun_depth();
+                        let scheme = if is_value {
+                            self.generalize(&ty)
+                        } else {
+                            Scheme::mono(ty)
+                        };
+                        self.push_binding(
+                            name,
+                            Binding {
+                                scheme,
+                                loc: Loc::Local {
+                                    depth,
+                                    slot,
+                                    boxed: false,
+                                },
+                                self_depth: None,
+                                span,
+                            },
+                        );
+                    }
+                    let (c2, t2) = self.infer(e2)?;
+                    self.pop_to(m);
+                    return Ok((Core::LetPat(pat, Box::new(c1), Box::new(c2), p.span), t2));
+                };
+                #[allow(unreachable_code)]
+                core
+            }
+            ExprKind::LetRec(defs, body) => self.infer_letrec(defs, body)?,
+            ExprKind::If(c, a, b) => {
+                let (cc, ct) = self.infer(c)?;
+                self.unify_at(&Ty::bool(), &ct, c.span, None)?;
+                let (ca, ta) = self.infer(a)?;
+                match b {
+                    Some(b) => {
+                        let (cb, tb) = self.infer(b)?;
+                        self.unify_at(
+                            &ta,
+                            &tb,
+                            b.span,
+                            Some((a.span, "the `then` branch has type")),
+                        )?;
+                        (Core::If(Box::new(cc), Box::new(ca), Box::new(cb)), ta)
+                    }
+                    None => {
+                        self.unify_at(&Ty::unit(), &ta, a.span, None).map_err(|d| {
+                            d.help("an `if` without `else` must have a Unit `then` branch")
+                        })?;
+                        (
+                            Core::If(
+                                Box::new(cc),
+                                Box::new(ca),
+                                Box::new(Core::Const(Const::Unit)),
+                            ),
+                            Ty::unit(),
+                        )
+                    }
+                }
+            }
+            ExprKind::Match(scrut, arms) => {
+                let (cs, ts) = self.infer(scrut)?;
+                let slot = self.new_slot();
+                let result = self.fresh();
+                let mut carms = Vec::new();
+                let mut first_span = None;
+                for (p, body) in arms {
+                    let m = self.mark();
+                    let mut binds = Vec::new();
+                    let pat = self.infer_pat(p, &ts, &mut binds)?;
+                    for (name, ty, s, span) in binds {
+                        let depth = self.fun_depth();
+                        self.push_binding(
+                            name,
+                            Binding {
+                                scheme: Scheme::mono(ty),
+                                loc: Loc::Local {
+                                    depth,
+                                    slot: s,
+                                    boxed: false,
+                                },
+                                self_depth: None,
+                                span,
+                            },
+                        );
+                    }
+                    let (cb, tb) = self.infer(body)?;
+                    match first_span {
+                        None => {
+                            self.unify_at(&result, &tb, body.span, None)?;
+                            first_span = Some(body.span);
+                        }
+                        Some(fs) => self.unify_at(
+                            &result,
+                            &tb,
+                            body.span,
+                            Some((fs, "the first arm has type")),
+                        )?,
+                    }
+                    self.pop_to(m);
+                    carms.push((pat, cb));
+                }
+                let pats: Vec<Pat> = arms.iter().map(|(p, _)| p.clone()).collect();
+                self.warn_exhaustive(&pats, &ts, sp, "this `match`");
+                (Core::Match(slot, Box::new(cs), carms, sp), result)
+            }
+            ExprKind::Seq(a, b) => {
+                let (ca, ta) = self.infer(a)?;
+                if let Err(_) = self.subst.unify(&Ty::unit(), &ta) {
+                    let shown = self.show(&ta);
+                    self.warnings.push(
+                        Diagnostic::warning(
+                            Phase::Type,
+                            format!("this expression's value of type `{shown}` is discarded"),
+                        )
+                        .label(a.span, "its value is dropped by `;`")
+                        .help("use `let _ = e in …` to discard a value on purpose"),
+                    );
+                }
+                let (cb, tb) = self.infer(b)?;
+                (Core::Seq(Box::new(ca), Box::new(cb)), tb)
+            }
+            ExprKind::Bin(op, opspan, a, b) => self.infer_bin(*op, *opspan, a, b, sp)?,
+            ExprKind::Un(op, a) => {
+                let (ca, ta) = self.infer(a)?;
+                match op {
+                    UnOp::Neg => {
+                        self.require(class::NUM, &ta, a.span)?;
+                        (Core::Prim(Prim::Neg, vec![ca], ta.clone(), sp), ta)
+                    }
+                    UnOp::Not => {
+                        self.unify_at(&Ty::bool(), &ta, a.span, None)?;
+                        (Core::Prim(Prim::Not, vec![ca], ta, sp), Ty::bool())
+                    }
+                    UnOp::Deref => {
+                        let inner = self.fresh();
+                        self.unify_at(
+                            &Ty::Con("Ref".into(), vec![inner.clone()]),
+                            &ta,
+                            a.span,
+                            None,
+                        )
+                        .map_err(|d| d.help("`!r` reads a reference cell made with `ref`"))?;
+                        (Core::Prim(Prim::Deref, vec![ca], ta, sp), inner)
+                    }
+                }
+            }
+            ExprKind::Tuple(es) => {
+                let mut cs = Vec::new();
+                let mut ts = Vec::new();
+                for x in es {
+                    let (c, t) = self.infer(x)?;
+                    cs.push(c);
+                    ts.push(t);
+                }
+                (Core::Tuple(cs), Ty::Tuple(ts))
+            }
+            ExprKind::List(es) => {
+                let elem = self.fresh();
+                let mut cs = Vec::new();
+                let mut first: Option<Span> = None;
+                for x in es {
+                    let (c, t) = self.infer(x)?;
+                    self.unify_at(
+                        &elem,
+                        &t,
+                        x.span,
+                        first.map(|s| (s, "the first element has type")),
+                    )?;
+                    first.get_or_insert(x.span);
+                    cs.push(c);
+                }
+                (Core::List(cs), Ty::list(elem))
+            }
+            ExprKind::Record(fields) => {
+                let mut sorted: Vec<&Field<Expr>> = fields.iter().collect();
+                sorted.sort_by(|a, b| a.name.cmp(&b.name));
+                for w in sorted.windows(2) {
+                    if w[0].name == w[1].name {
+                        return Err(Diagnostic::error(
+                            Phase::Type,
+                            format!("field `{}` appears twice", w[1].name),
+                        )
+                        .label(w[1].span, "duplicate field")
+                        .label(w[0].span, "first here"));
+                    }
+                }
+                let mut row = Ty::RowEmpty;
+                let mut cs = Vec::new();
+                let mut tys = Vec::new();
+                for f in &sorted {
+                    let (c, t) = self.infer(&f.value)?;
+                    cs.push(c);
+                    tys.push(t);
+                }
+                for (f, t) in sorted.iter().zip(tys).rev() {
+                    row = Ty::RowExt(f.name.as_str().into(), Box::new(t), Box::new(row));
+                }
+                let names: Rc<[Rc<str>]> =
+                    sorted.iter().map(|f| Rc::from(f.name.as_str())).collect();
+                (Core::Record(names, cs), Ty::Record(Box::new(row)))
+            }
+            ExprKind::Update(base, fields) => {
+                let (cb, tb) = self.infer(base)?;
+                let mut cs = Vec::new();
+                for f in fields {
+                    let (c, t) = self.infer(&f.value)?;
+                    let rest = self.fresh();
+                    let want = Ty::Record(Box::new(Ty::RowExt(
+                        f.name.as_str().into(),
+                        Box::new(t.clone()),
+                        Box::new(rest),
+                    )));
+                    self.unify_at(&want, &tb, base.span, None)
+                        .map_err(|d| d.label(f.span, format!("updating field `{}`", f.name)))?;
+                    cs.push((Rc::from(f.name.as_str()), c));
+                }
+                (Core::Update(Box::new(cb), cs, sp), tb)
+            }
+            ExprKind::Dot(base, field, fspan) => {
+                if let ExprKind::Var(m) = &base.kind {
+                    if let Some(Loc::Module(mi)) = self
+                        .scope
+                        .get(m.as_str())
+                        .and_then(|v| v.last())
+                        .map(|b| b.loc.clone())
+                    {
+                        let Some(b) = self.modules[mi].exports.get(field.as_str()).cloned() else {
+                            return Err(Diagnostic::error(
+                                Phase::Type,
+                                format!("module `{m}` has no value `{field}`"),
+                            )
+                            .label(*fspan, "not defined in that module"));
+                        };
+                        let t = self.instantiate(&b.scheme);
+                        let core = match b.loc {
+                            Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
+                            Loc::Builtin(i) => Core::Builtin(i, sp),
+                            _ => {
+                                return Err(Diagnostic::error(
+                                    Phase::Type,
+                                    "modules can only export top-level values",
+                                )
+                                .label(sp, "here"))
+                            }
+                        };
+                        return Ok((core, t));
+                    }
+                }
+                let (cb, tb) = self.infer(base)?;
+                let ft = self.fresh();
+                let rest = self.fresh();
+                let want = Ty::Record(Box::new(Ty::RowExt(
+                    field.as_str().into(),
+                    Box::new(ft.clone()),
+                    Box::new(rest),
+                )));
+                self.unify_at(&want, &tb, base.span, None)
+                    .map_err(|d| d.label(*fspan, format!("field `{field}` is read here")))?;
+                (Core::Field(Box::new(cb), field.as_str().into(), *fspan), ft)
+            }
+            ExprKind::Annot(x, te) => {
+                let (c, t) = self.infer(x)?;
+                let at = self.convert_type(te)?;
+                self.unify_at(&at, &t, x.span, Some((te.span, "annotated as")))?;
+                (c, at)
+            }
+        })
+    }
+
+    fn require(&mut self, c: u8, t: &Ty, span: Span) -> R<()> {
+        self.subst
+            .require_class(c, t)
+            .map_err(|e| self.unify_error(e, t, t, span, None))
+    }
+
+    fn infer_var(&mut self, x: &str, sp: Span) -> R<(Core, Ty)> {
+        let Some(b) = self.scope.get(x).and_then(|v| v.last()).cloned() else {
+            let mut d = Diagnostic::error(Phase::Type, format!("unbound variable `{x}`"))
+                .label(sp, "not defined here");
+            if let Some(s) = self.suggest(x) {
+                d = d.help(format!("did you mean `{s}`?"));
+            }
+            return Err(d);
+        };
+        let t = self.instantiate(&b.scheme);
+        let core = match b.loc {
+            Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
+            Loc::Builtin(i) => Core::Builtin(i, sp),
+            Loc::Module(_) => {
+                return Err(Diagnostic::error(
+                    Phase::Type,
+                    format!("`{x}` is a module, not a value"),
+                )
+                .label(sp, "use a member, e.g. `module.name`"));
+            }
+            Loc::Local { depth, slot, boxed } => {
+                let r = match b.self_depth {
+                    Some(k) if k <= self.fun_depth() => self.access(k, None),
+                    _ => self.access(depth, Some(slot)),
+                };
+                let v = Core::Var(r, sp);
+                if boxed {
+                    Core::Prim(Prim::Deref, vec![v], Ty::unit(), sp)
+                } else {
+                    v
+                }
+            }
+        };
+        Ok((core, t))
+    }
+
+    fn suggest(&self, x: &str) -> Option<String> {
+        let mut best: Option<(usize, &str)> = None;
+        for (n, bs) in &self.scope {
+            if bs.is_empty() {
+                continue;
+            }
+            let d = edit_distance(x, n);
+            if d <= 2 && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn))
+            {
+                best = Some((d, n));
+            }
+        }
+        best.map(|(_, n)| n.to_string())
+    }
+
+    fn infer_con_app(&mut self, c: &str, cspan: Span, args: &[&Expr], sp: Span) -> R<(Core, Ty)> {
+        let Some(info) = self.cons.get(c).cloned() else {
+            return Err(
+                Diagnostic::error(Phase::Type, format!("unknown constructor `{c}`"))
+                    .label(cspan, "not declared by any `type`"),
+            );
+        };
+        let mut ft = self.instantiate(&info.scheme);
+        let n = args.len().min(info.arity as usize);
+        let mut cargs = Vec::new();
+        for a in &args[..n] {
+            let (ca, ta) = self.infer(a)?;
+            let Ty::Fun(p, r) = self.subst.prune(&ft) else {
+                unreachable!("constructor type has arity arrows")
+            };
+            self.unify_at(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))))?;
+            cargs.push(ca);
+            ft = *r;
+        }
+        let core = if n == info.arity as usize {
+            Core::Con {
+                tag: info.tag,
+                name: info.name.clone(),
+                arity: info.arity,
+                args: cargs,
+            }
+        } else {
+            // A partially applied constructor is a function of the remaining arguments.
+            let missing = info.arity - n as u32;
+            let body_args: Vec<Core> = (0..missing)
+                .map(|i| Core::Var(VarRef::Local(i), sp))
+                .collect();
+            let lam = Rc::new(Lambda {
+                name: info.name.clone(),
+                arity: missing,
+                nlocals: missing,
+                captures: Vec::new(),
+                body: Core::Con {
+                    tag: info.tag,
+                    name: info.name.clone(),
+                    arity: info.arity,
+                    args: body_args,
+                },
+                span: sp,
+            });
+            if cargs.is_empty() {
+                Core::Lam(lam)
+            } else {
+                // Bind the given arguments first, then apply the remaining-argument function.
+                let full_lam = Rc::new(Lambda {
+                    name: info.name.clone(),
+                    arity: info.arity,
+                    nlocals: info.arity,
+                    captures: Vec::new(),
+                    body: Core::Con {
+                        tag: info.tag,
+                        name: info.name.clone(),
+                        arity: info.arity,
+                        args: (0..info.arity)
+                            .map(|i| Core::Var(VarRef::Local(i), sp))
+                            .collect(),
+                    },
+                    span: sp,
+                });
+                Core::App(Box::new(Core::Lam(full_lam)), cargs, sp)
+            }
+        };
+        let _ = lam_unused;
+        if args.len() > info.arity as usize {
+            return Err(Diagnostic::error(
+                Phase::Type,
+                format!(
+                    "constructor `{c}` takes {} argument(s), given {}",
+                    info.arity,
+                    args.len()
+                ),
+            )
+            .label(sp, "too many arguments"));
+        }
+        Ok((core, ft))
+    }
+
+    fn infer_app(&mut self, head: &Expr, args: &[&Expr], sp: Span) -> R<(Core, Ty)> {
+        if let ExprKind::Con(c) = &head.kind {
+            return self.infer_con_app(c, head.span, args, sp);
+        }
+        // reset (fun () -> body): a shift lexically in body shares its answer type.
+        let builtin_name = match &head.kind {
+            ExprKind::Var(x) => match self
+                .scope
+                .get(x.as_str())
+                .and_then(|v| v.last())
+                .map(|b| &b.loc)
+            {
+                Some(Loc::Builtin(i)) => Some(TABLE[*i as usize].0),
+                _ => None,
+            },
+            _ => None,
+        };
+        let answer = if builtin_name == Some("reset")
+            && matches!(args.first().map(|a| &a.kind), Some(ExprKind::Lam(..)))
+        {
+            let a = self.fresh();
+            self.resets.push((self.fun_depth() + 1, a.clone()));
+            Some(a)
+        } else {
+            None
+        };
+        let (chead, mut ft) = self.infer(head)?;
+        let mut cargs = Vec::new();
+        let mut result = Ok(());
+        for (i, a) in args.iter().enumerate() {
+            let (ca, ta) = match self.infer(a) {
+                Ok(x) => x,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if i == 0 && builtin_name == Some("shift") {
+                if let Some((d, ans)) = self.resets.last().cloned() {
+                    if d == self.fun_depth() {
+                        let b = self.fresh();
+                        let k = Ty::fun(b.clone(), ans.clone());
+                        let want = Ty::fun(k, ans);
+                        if let Err(e) = self.unify_at(&want, &ta, a.span, None) {
+                            result = Err(e.note("a `shift` body must return the answer type of its enclosing `reset`"));
+                            break;
+                        }
+                    }
+                }
+            }
+            let r = self.fresh();
+            let fpruned = self.subst.prune(&ft);
+            if let Ty::Fun(p, res) = &fpruned {
+                if let Err(e) =
+                    self.unify_at(p, &ta, a.span, Some((head.span, "this function expects")))
+                {
+                    result = Err(e);
+                    break;
+                }
+                ft = (**res).clone();
+                cargs.push(ca);
+                let _ = r;
+                continue;
+            }
+            if let Err(e) = self.subst.unify(&fpruned, &Ty::fun(ta.clone(), r.clone())) {
+                let shown = self.show(&fpruned);
+                let _ = e;
+                result = Err(Diagnostic::error(
+                    Phase::Type,
+                    format!("this is not a function: it has type `{shown}`"),
+                )
+                .label(head.span, format!("has type `{shown}`"))
+                .label(a.span, "but it is applied to this argument"));
+                break;
+            }
+            ft = r;
+            cargs.push(ca);
+        }
+        if answer.is_some() {
+            self.resets.pop();
+        }
+        result?;
+        if let Some(a) = answer {
+            self.subst
+                .unify(&a, &ft)
+                .map_err(|e| self.unify_error(e, &a, &ft, sp, None))?;
+        }
+        Ok((Core::App(Box::new(chead), cargs, sp), ft))
+    }
+
+    fn infer_bin(
+        &mut self,
+        op: BinOp,
+        opspan: Span,
+        a: &Expr,
+        b: &Expr,
+        sp: Span,
+    ) -> R<(Core, Ty)> {
+        if op == BinOp::Pipe {
+            return self.infer_app(b, &[a], sp);
+        }
+        let (ca, ta) = self.infer(a)?;
+        let (cb, tb) = self.infer(b)?;
+        let left = Some((a.span, "the left operand has type"));
+        let prim = |p: Prim, t: Ty, ca: Core, cb: Core| Core::Prim(p, vec![ca, cb], t, sp);
+        Ok(match op {
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Pow => {
+                let p = match op {
+                    BinOp::Add => Prim::Add,
+                    BinOp::Sub => Prim::Sub,
+                    BinOp::Mul => Prim::Mul,
+                    BinOp::Div => Prim::Div,
+                    _ => Prim::Pow,
+                };
+                let (ra, rb) = (self.subst.prune(&ta), self.subst.prune(&tb));
+                let mixed = (ra.is_con("Float") && rb.is_con("Tensor"))
+                    || (ra.is_con("Tensor") && rb.is_con("Float"));
+                if mixed {
+                    (prim(p, Ty::tensor(), ca, cb), Ty::tensor())
+                } else {
+                    self.unify_at(&ta, &tb, b.span, left).map_err(|d| {
+                        d.label(
+                            opspan,
+                            format!("`{}` needs two operands of one numeric type", op.symbol()),
+                        )
+                    })?;
+                    self.require(class::NUM, &ta, a.span)
+                        .map_err(|d| d.label(opspan, format!("`{}` is arithmetic", op.symbol())))?;
+                    (prim(p, ta.clone(), ca, cb), ta)
+                }
+            }
+            BinOp::Rem => {
+                self.unify_at(&Ty::int(), &ta, a.span, None)?;
+                self.unify_at(&Ty::int(), &tb, b.span, None)?;
+                (prim(Prim::Rem, Ty::int(), ca, cb), Ty::int())
+            }
+            BinOp::MatMul => {
+                self.unify_at(&Ty::tensor(), &ta, a.span, None)?;
+                self.unify_at(&Ty::tensor(), &tb, b.span, None)?;
+                (prim(Prim::MatMul, Ty::tensor(), ca, cb), Ty::tensor())
+            }
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                self.unify_at(&ta, &tb, b.span, left)?;
+                let p = match op {
+                    BinOp::Eq => Prim::Eq,
+                    BinOp::Ne => Prim::Ne,
+                    BinOp::Lt => Prim::Lt,
+                    BinOp::Le => Prim::Le,
+                    BinOp::Gt => Prim::Gt,
+                    _ => Prim::Ge,
+                };
+                if !matches!(op, BinOp::Eq | BinOp::Ne) {
+                    self.require(class::ORD, &ta, a.span)
+                        .map_err(|d| d.label(opspan, "ordering compares Int, Float or String"))?;
+                }
+                (prim(p, ta, ca, cb), Ty::bool())
+            }
+            BinOp::And | BinOp::Or => {
+                self.unify_at(&Ty::bool(), &ta, a.span, None)?;
+                self.unify_at(&Ty::bool(), &tb, b.span, None)?;
+                let c = if op == BinOp::And {
+                    Core::And(Box::new(ca), Box::new(cb))
+                } else {
+                    Core::Or(Box::new(ca), Box::new(cb))
+                };
+                (c, Ty::bool())
+            }
+            BinOp::Cons => {
+                let lt = Ty::list(ta.clone());
+                self.unify_at(
+                    &lt,
+                    &tb,
+                    b.span,
+                    Some((a.span, "the head makes the list type")),
+                )?;
+                (prim(Prim::Cons, ta, ca, cb), lt)
+            }
+            BinOp::Append => {
+                self.unify_at(&ta, &tb, b.span, left)?;
+                self.require(class::APPEND, &ta, a.span)?;
+                (prim(Prim::Append, ta.clone(), ca, cb), ta)
+            }
+            BinOp::Assign => {
+                self.unify_at(
+                    &Ty::Con("Ref".into(), vec![tb.clone()]),
+                    &ta,
+                    a.span,
+                    Some((b.span, "the assigned value makes it")),
+                )?;
+                (prim(Prim::Assign, ta, ca, cb), Ty::unit())
+            }
+            BinOp::Pipe => unreachable!("handled above"),
+        })
+    }
+
+    /// A lambda with (pattern) parameters; `self_rec` names the binding it may call as SelfRef.
+    fn infer_lambda(
+        &mut self,
+        name: &str,
+        params: &[Pat],
+        body: &Expr,
+        sp: Span,
+        self_rec: Option<(&str, Ty, Span)>,
+    ) -> R<(Rc<Lambda>, Ty)> {
+        self.funs.push(FunCtx::default());
+        let m = self.mark();
+        if let Some((n, t, nsp)) = &self_rec {
+            let depth = self.fun_depth();
+            self.push_binding(
+                (*n).into(),
+                Binding {
+                    scheme: Scheme::mono(t.clone()),
+                    loc: Loc::Local {
+                        depth,
+                        slot: u32::MAX,
+                        boxed: false,
+                    },
+                    self_depth: Some(depth),
+                    span: *nsp,
+                },
+            );
+        }
+        let arity = params.len() as u32;
+        for _ in 0..arity {
+            self.new_slot();
+        }
+        let mut ptys = Vec::new();
+        let mut wrappers = Vec::new();
+        for (i, p) in params.iter().enumerate() {
+            let t = self.fresh();
+            match simple_var(p) {
+                Some(x) => {
+                    if let PatKind::Annot(_, te) = &p.kind {
+                        let at = self.convert_type(te)?;
+                        self.unify_at(&at, &t, p.span, None)?;
+                    }
+                    let depth = self.fun_depth();
+                    self.push_binding(
+                        x.into(),
+                        Binding {
+                            scheme: Scheme::mono(t.clone()),
+                            loc: Loc::Local {
+                                depth,
+                                slot: i as u32,
+                                boxed: false,
+                            },
+                            self_depth: None,
+                            span: p.span,
+                        },
+                    );
+                }
+                None => {
+                    let mut binds = Vec::new();
+                    let pat = self.infer_pat(p, &t, &mut binds)?;
+                    self.warn_exhaustive(
+                        std::slice::from_ref(p),
+                        &t,
+                        p.span,
+                        "this parameter pattern",
+                    );
+                    for (n, ty, s, span) in binds {
+                        let depth = self.fun_depth();
+                        self.push_binding(
+                            n,
+                            Binding {
+                                scheme: Scheme::mono(ty),
+                                loc: Loc::Local {
+                                    depth,
+                                    slot: s,
+                                    boxed: false,
+                                },
+                                self_depth: None,
+                                span,
+                            },
+                        );
+                    }
+                    wrappers.push((pat, i as u32, p.span));
+                }
+            }
+            ptys.push(t);
+        }
+        let r = self.infer(body);
+        self.pop_to(m);
+        let ctx = self.funs.pop().unwrap();
+        let (mut cbody, tbody) = r?;
+        for (pat, slot, psp) in wrappers.into_iter().rev() {
+            cbody = Core::LetPat(
+                pat,
+                Box::new(Core::Var(VarRef::Local(slot), psp)),
+                Box::new(cbody),
+                psp,
+            );
+        }
+        let ty = ptys.into_iter().rev().fold(tbody, |acc, p| Ty::fun(p, acc));
+        let lam = Lambda {
+            name: name.into(),
+            arity,
+            nlocals: ctx.max_slots,
+            captures: ctx.captures.iter().map(|(_, v)| *v).collect(),
+            body: cbody,
+            span: sp,
+        };
+        Ok((Rc::new(lam), ty))
+    }
+
+    fn infer_fundef(&mut self, d: &FunDef) -> R<(Rc<Lambda>, Ty)> {
+        let sp = d.name_span.to(d.body.span);
+        self.infer_lambda(&d.name, &d.params, &d.body, sp, None)
+    }
+
+    fn infer_letrec(&mut self, defs: &[FunDef], body: &Expr) -> R<(Core, Ty)> {
+        self.level += 1;
+        let m = self.mark();
+        let depth = self.fun_depth();
+        let mutual = defs.len() > 1;
+        let mut tys = Vec::new();
+        let mut slots = Vec::new();
+        for d in defs {
+            let t = self.fresh();
+            let slot = self.new_slot();
+            self.push_binding(
+                d.name.as_str().into(),
+                Binding {
+                    scheme: Scheme::mono(t.clone()),
+                    loc: Loc::Local {
+                        depth,
+                        slot,
+                        boxed: mutual,
+                    },
+                    self_depth: None,
+                    span: d.name_span,
+                },
+            );
+            tys.push(t);
+            slots.push(slot);
+        }
+        let mut lams = Vec::new();
+        for (d, t) in defs.iter().zip(&tys) {
+            let sp = d.name_span.to(d.body.span);
+            let self_rec = if mutual {
+                None
+            } else {
+                Some((d.name.as_str(), t.clone(), d.name_span))
+            };
+            let (lam, lt) = self.infer_lambda(&d.name, &d.params, &d.body, sp, self_rec)?;
+            self.unify_at(t, &lt, d.name_span, None)?;
+            lams.push(lam);
+        }
+        self.level -= 1;
+        self.pop_to(m);
+        let m = self.mark();
+        for ((d, t), slot) in defs.iter().zip(&tys).zip(&slots) {
+            let scheme = self.generalize(t);
+            self.push_binding(
+                d.name.as_str().into(),
+                Binding {
+                    scheme,
+                    loc: Loc::Local {
+                        depth,
+                        slot: *slot,
+                        boxed: mutual,
+                    },
+                    self_depth: None,
+                    span: d.name_span,
+                },
+            );
+        }
+        let (cb, tb) = self.infer(body)?;
+        self.pop_to(m);
+        let core = if !mutual {
+            Core::LetRec(vec![(slots[0], lams.pop().unwrap())], Box::new(cb))
+        } else {
+            // Mutually recursive local functions reach each other through reference cells.
+            let ref_builtin = TABLE.iter().position(|(n, _, _)| *n == "ref").unwrap() as u32;
+            let sp = defs[0].name_span;
+            let mut code = cb;
+            for (slot, lam) in slots.iter().zip(lams).rev() {
+                let assign = Core::Prim(
+                    Prim::Assign,
+                    vec![Core::Var(VarRef::Local(*slot), sp), Core::Lam(lam)],
+                    Ty::unit(),
+                    sp,
+                );
+                code = Core::Seq(Box::new(assign), Box::new(code));
+            }
+            for slot in slots.iter().rev() {
+                let cell = Core::App(
+                    Box::new(Core::Builtin(ref_builtin, sp)),
+                    vec![Core::Const(Const::Unit)],
+                    sp,
+                );
+                code = Core::Let(*slot, Box::new(cell), Box::new(code));
+            }
+            code
+        };
+        Ok((core, tb))
+    }
+
+    // ------------------------------------------------------------ patterns
+
+    fn infer_pat(
+        &mut self,
+        p: &Pat,
+        t: &Ty,
+        binds: &mut Vec<(Rc<str>, Ty, u32, Span)>,
+    ) -> R<Pattern> {
+        Ok(match &p.kind {
+            PatKind::Wild => Pattern::Wild,
+            PatKind::Var(x) => {
+                if binds.iter().any(|(n, ..)| &**n == x) {
+                    return Err(Diagnostic::error(
+                        Phase::Type,
+                        format!("`{x}` is bound twice in this pattern"),
+                    )
+                    .label(p.span, "second binding"));
+                }
+                let slot = self.new_slot();
+                binds.push((x.as_str().into(), t.clone(), slot, p.span));
+                Pattern::Bind(slot)
+            }
+            PatKind::Lit(l) => {
+                let (c, lt) = lit(l);
+                self.unify_at(t, &lt, p.span, None)?;
+                match c {
+                    Core::Const(k) => Pattern::Const(k),
+                    _ => unreachable!(),
+                }
+            }
+            PatKind::Tuple(ps) => {
+                let ts: Vec<Ty> = ps.iter().map(|_| self.fresh()).collect();
+                self.unify_at(t, &Ty::Tuple(ts.clone()), p.span, None)?;
+                Pattern::Tuple(
+                    ps.iter()
+                        .zip(&ts)
+                        .map(|(q, qt)| self.infer_pat(q, qt, binds))
+                        .collect::<R<_>>()?,
+                )
+            }
+            PatKind::List(ps) => {
+                let elem = self.fresh();
+                self.unify_at(t, &Ty::list(elem.clone()), p.span, None)?;
+                let mut pat = Pattern::Nil;
+                let mut items = Vec::new();
+                for q in ps {
+                    items.push(self.infer_pat(q, &elem, binds)?);
+                }
+                for q in items.into_iter().rev() {
+                    pat = Pattern::Cons(Box::new(q), Box::new(pat));
+                }
+                pat
+            }
+            PatKind::Cons(h, tl) => {
+                let elem = self.fresh();
+                self.unify_at(t, &Ty::list(elem.clone()), p.span, None)?;
+                let hp = self.infer_pat(h, &elem, binds)?;
+                let tp = self.infer_pat(tl, t, binds)?;
+                Pattern::Cons(Box::new(hp), Box::new(tp))
+            }
+            PatKind::Con(c, args) => {
+                let Some(info) = self.cons.get(c.as_str()).cloned() else {
+                    return Err(Diagnostic::error(
+                        Phase::Type,
+                        format!("unknown constructor `{c}`"),
+                    )
+                    .label(p.span, "not declared by any `type`"));
+                };
+                if args.len() != info.arity as usize {
+                    return Err(Diagnostic::error(
+                        Phase::Type,
+                        format!(
+                            "constructor `{c}` takes {} argument(s), but the pattern gives {}",
+                            info.arity,
+                            args.len()
+                        ),
+                    )
+                    .label(p.span, "wrong number of arguments"));
+                }
+                let mut ft = self.instantiate(&info.scheme);
+                let mut pargs = Vec::new();
+                for q in args {
+                    let Ty::Fun(a, r) = self.subst.prune(&ft) else {
+                        unreachable!()
+                    };
+                    pargs.push(self.infer_pat(q, &a, binds)?);
+                    ft = *r;
+                }
+                self.unify_at(t, &ft, p.span, None)?;
+                Pattern::Con {
+                    tag: info.tag,
+                    args: pargs,
+                }
+            }
+            PatKind::Record(fields) => {
+                let mut row = self.fresh();
+                let mut subs = Vec::new();
+                for f in fields.iter().rev() {
+                    let ft = self.fresh();
+                    row = Ty::RowExt(f.name.as_str().into(), Box::new(ft.clone()), Box::new(row));
+                    subs.push((f, ft));
+                }
+                self.unify_at(t, &Ty::Record(Box::new(row)), p.span, None)?;
+                let mut out = Vec::new();
+                for (f, ft) in subs.into_iter().rev() {
+                    let q = match &f.value {
+                        Some(q) => self.infer_pat(q, &ft, binds)?,
+                        None => self.infer_pat(
+                            &Pat {
+                                kind: PatKind::Var(f.name.clone()),
+                                span: f.span,
+                            },
+                            &ft,
+                            binds,
+                        )?,
+                    };
+                    out.push((Rc::from(f.name.as_str()), q));
+                }
+                Pattern::Record(out)
+            }
+            PatKind::Annot(q, te) => {
+                let at = self.convert_type(te)?;
+                self.unify_at(&at, t, p.span, Some((te.span, "annotated as")))?;
+                self.infer_pat(q, t, binds)?
+            }
+        })
+    }
+
+    fn warn_exhaustive(&mut self, pats: &[Pat], t: &Ty, span: Span, what: &str) {
+        if let Some(missing) = super::exhaust::missing_case(self, pats, t) {
+            self.warnings.push(
+                Diagnostic::warning(
+                    Phase::Type,
+                    format!("non-exhaustive patterns: {what} does not cover `{missing}`"),
+                )
+                .label(span, format!("`{missing}` is not matched"))
+                .help("add an arm for it (or `_ -> …`); an unmatched value is a run-time error"),
+            );
+        }
+    }
+
+    pub fn constructor(&self, name: &str) -> Option<&ConInfo> {
+        self.cons.get(name)
+    }
+}
+
+#[allow(non_upper_case_globals)]
+const lam_unused: () = ();
+
+fn name_lambda(l: &mut Rc<Lambda>, name: &str) {
+    if &*l.name == "fun" {
+        Rc::make_mut(l).name = name.into();
+    }
+}
+
+fn lit(l: &Lit) -> (Core, Ty) {
+    match l {
+        Lit::Int(n) => (Core::Const(Const::Int(*n)), Ty::int()),
+        Lit::Float(x) => (Core::Const(Const::Float(*x)), Ty::float()),
+        Lit::Str(s) => (Core::Const(Const::Str(s.as_str().into())), Ty::string()),
+        Lit::Bool(b) => (Core::Const(Const::Bool(*b)), Ty::bool()),
+        Lit::Unit => (Core::Const(Const::Unit), Ty::unit()),
+    }
+}
+
+fn spine(e: &Expr) -> (&Expr, Vec<&Expr>) {
+    let mut args = Vec::new();
+    let mut cur = e;
+    while let ExprKind::App(f, a) = &cur.kind {
+        args.push(&**a);
+        cur = f;
+    }
+    args.reverse();
+    (cur, args)
+}
+
+fn simple_var(p: &Pat) -> Option<&str> {
+    match &p.kind {
+        PatKind::Var(x) => Some(x),
+        PatKind::Annot(q, _) => simple_var(q),
+        _ => None,
+    }
+}
+
+/// The value restriction: only these are generalised.
+fn is_syntactic_value(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Lit(_) | ExprKind::Var(_) | ExprKind::Lam(..) | ExprKind::Con(_) => true,
+        ExprKind::Tuple(es) | ExprKind::List(es) => es.iter().all(is_syntactic_value),
+        ExprKind::Record(fs) => fs.iter().all(|f| is_syntactic_value(&f.value)),
+        ExprKind::Annot(x, _) => is_syntactic_value(x),
+        ExprKind::App(..) => {
+            let (h, args) = spine(e);
+            matches!(h.kind, ExprKind::Con(_)) && args.iter().all(|a| is_syntactic_value(a))
+        }
+        _ => false,
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            cur[j] = (prev[j] + 1)
+                .min(cur[j - 1] + 1)
+                .min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+pub fn builtin_arity(i: u32) -> u32 {
+    builtins::arity(TABLE[i as usize].2)
+}
