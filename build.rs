@@ -21,10 +21,7 @@ fn main() {
     for p in names {
         let stem = p.file_stem().unwrap().to_string_lossy().to_string();
         let abs = fs::canonicalize(&p).unwrap();
-        table.push_str(&format!(
-            "    ({stem:?}, include_str!({:?})),\n",
-            abs.display().to_string()
-        ));
+        table.push_str(&format!("    ({stem:?}, include_str!({:?})),\n", abs.display().to_string()));
     }
     table.push_str("];\n");
     fs::write(Path::new(&out).join("stdlib_table.rs"), table).unwrap();

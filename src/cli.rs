@@ -28,10 +28,7 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
             return 1;
         }
     };
-    let dir = Path::new(file)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let dir = Path::new(file).parent().map(Path::to_path_buf).unwrap_or_default();
     let checked = session.check_program(file, &text, &dir);
     for w in session.take_warnings() {
         report(&session, &w);

@@ -44,10 +44,7 @@ impl Diagnostic {
         }
     }
     pub fn warning(phase: Phase, message: impl Into<String>) -> Diagnostic {
-        Diagnostic {
-            severity: Severity::Warning,
-            ..Diagnostic::error(phase, message)
-        }
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(phase, message) }
     }
     pub fn label(mut self, span: Span, text: impl Into<String>) -> Diagnostic {
         self.labels.push((span, text.into()));
@@ -88,15 +85,8 @@ impl Diagnostic {
         };
         let name = |id: u32| sources.get(id).name.clone();
         let Some(primary) = self.primary_span() else {
-            let mut s = format!(
-                "{}: {}\n",
-                if self.severity == Severity::Error {
-                    "Error"
-                } else {
-                    "Warning"
-                },
-                self.title()
-            );
+            let mut s =
+                format!("{}: {}\n", if self.severity == Severity::Error { "Error" } else { "Warning" }, self.title());
             for n in &self.notes {
                 s.push_str(&format!("  note: {n}\n"));
             }
@@ -111,11 +101,7 @@ impl Diagnostic {
             start..(sp.end as usize).clamp(start, len)
         };
         let mut report = Report::build(kind, (name(primary.file), range(primary)))
-            .with_config(
-                Config::default()
-                    .with_color(color)
-                    .with_index_type(ariadne::IndexType::Byte),
-            )
+            .with_config(Config::default().with_color(color).with_index_type(ariadne::IndexType::Byte))
             .with_message(self.title());
         let colors = [Color::Red, Color::Blue, Color::Magenta, Color::Green];
         for (i, (sp, text)) in self.labels.iter().enumerate() {
@@ -135,22 +121,14 @@ impl Diagnostic {
             let mut t = String::from("dp call stack (innermost first):");
             for (f, sp) in self.trace.iter().take(20) {
                 let (l, c) = sources.line_col(*sp);
-                t.push_str(&format!(
-                    "\n    in {f} at {}:{l}:{c}",
-                    sources.get(sp.file).name
-                ));
+                t.push_str(&format!("\n    in {f} at {}:{l}:{c}", sources.get(sp.file).name));
             }
             if self.trace.len() > 20 {
                 t.push_str(&format!("\n    … {} more frames", self.trace.len() - 20));
             }
             report = report.with_note(t);
         }
-        let cache = ariadne::sources(
-            sources
-                .files()
-                .iter()
-                .map(|f| (f.name.clone(), f.text.to_string())),
-        );
+        let cache = ariadne::sources(sources.files().iter().map(|f| (f.name.clone(), f.text.to_string())));
         if report.finish().write(cache, &mut out).is_err() {
             return format!("{}\n", self.title());
         }

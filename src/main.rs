@@ -4,11 +4,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "dp",
-    version,
-    about = "dp: a differentiable functional language with native shift/reset"
-)]
+#[command(name = "dp", version, about = "dp: a differentiable functional language with native shift/reset")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -37,21 +33,15 @@ fn main() -> ExitCode {
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || match cli.command {
-            Some(Command::Run { file, args }) => {
-                dp::cli::run_file(&file, args, cli.stack_limit, false)
-            }
-            Some(Command::Check { file }) => {
-                dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true)
-            }
+            Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
+            Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
         })
         .expect("spawn the interpreter thread");
     match handle.join() {
         Ok(code) => ExitCode::from(code),
         Err(_) => {
-            eprintln!(
-                "dp: internal error (a panic); please report it with the program that caused it"
-            );
+            eprintln!("dp: internal error (a panic); please report it with the program that caused it");
             ExitCode::from(101)
         }
     }

@@ -45,11 +45,7 @@ pub fn stdlib_source(name: &str) -> Option<&'static str> {
 }
 
 pub fn stdlib_names() -> Vec<&'static str> {
-    STDLIB
-        .iter()
-        .map(|(n, _)| *n)
-        .filter(|n| *n != "prelude")
-        .collect()
+    STDLIB.iter().map(|(n, _)| *n).filter(|n| *n != "prelude").collect()
 }
 
 impl Session {
@@ -78,33 +74,20 @@ impl Session {
     }
 
     /// Parses and checks a whole program, with its imports; nothing runs.
-    pub fn check_program(
-        &mut self,
-        name: &str,
-        text: &str,
-        dir: &Path,
-    ) -> Result<Vec<Unit>, Diagnostic> {
+    pub fn check_program(&mut self, name: &str, text: &str, dir: &Path) -> Result<Vec<Unit>, Diagnostic> {
         let id = self.sources.add(name, text);
         let items = parser::parse_program(text, id)?;
         self.check_items(&items, dir, true)
     }
 
-    fn check_items(
-        &mut self,
-        items: &[Item],
-        dir: &Path,
-        from_user: bool,
-    ) -> Result<Vec<Unit>, Diagnostic> {
+    fn check_items(&mut self, items: &[Item], dir: &Path, from_user: bool) -> Result<Vec<Unit>, Diagnostic> {
         let mut units = Vec::new();
         for item in items {
             let mut imported = Vec::new();
             let checked = {
                 // The checker is moved out while it resolves imports through the session.
                 let mut ch = std::mem::take(&mut self.checker);
-                let mut resolver = |ch: &mut Checker,
-                                    target: &ImportTarget,
-                                    span: Span|
-                 -> Result<usize, Diagnostic> {
+                let mut resolver = |ch: &mut Checker, target: &ImportTarget, span: Span| -> Result<usize, Diagnostic> {
                     self.import(ch, target, span, dir, &mut imported)
                 };
                 let r = ch.check_item(item, &mut resolver);
@@ -113,18 +96,8 @@ impl Session {
                 r?
             };
             units.append(&mut imported);
-            let func = compile_toplevel(
-                &checked.code,
-                checked.nlocals,
-                checked.span,
-                &self.checker.subst,
-            );
-            units.push(Unit {
-                func,
-                expr_type: checked.expr_type,
-                defined: checked.defined,
-                from_user,
-            });
+            let func = compile_toplevel(&checked.code, checked.nlocals, checked.span, &self.checker.subst);
+            units.push(Unit { func, expr_type: checked.expr_type, defined: checked.defined, from_user });
         }
         Ok(units)
     }
@@ -140,36 +113,21 @@ impl Session {
         let (key, name, text, display, mdir) = match target {
             ImportTarget::Stdlib(n) => {
                 let Some(src) = stdlib_source(n).filter(|_| n != "prelude") else {
-                    return Err(Diagnostic::error(
-                        Phase::Type,
-                        format!("no standard-library module `{n}`"),
-                    )
-                    .label(span, "unknown module")
-                    .note(format!("available: {}", stdlib_names().join(", ")))
-                    .help("to import a file, quote its path: import \"path/file.dp\""));
+                    return Err(Diagnostic::error(Phase::Type, format!("no standard-library module `{n}`"))
+                        .label(span, "unknown module")
+                        .note(format!("available: {}", stdlib_names().join(", ")))
+                        .help("to import a file, quote its path: import \"path/file.dp\""));
                 };
-                (
-                    format!("std:{n}"),
-                    n.clone(),
-                    src.to_string(),
-                    format!("<stdlib/{n}.dp>"),
-                    PathBuf::from("."),
-                )
+                (format!("std:{n}"), n.clone(), src.to_string(), format!("<stdlib/{n}.dp>"), PathBuf::from("."))
             }
             ImportTarget::File(p) => {
                 let path = dir.join(p);
                 let text = std::fs::read_to_string(&path).map_err(|e| {
-                    Diagnostic::error(
-                        Phase::Io,
-                        format!("cannot import `{}`: {e}", path.display()),
-                    )
-                    .label(span, "imported here")
+                    Diagnostic::error(Phase::Io, format!("cannot import `{}`: {e}", path.display()))
+                        .label(span, "imported here")
                 })?;
                 let canon = std::fs::canonicalize(&path).unwrap_or(path.clone());
-                let stem = path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().to_string())
-                    .unwrap_or_default();
+                let stem = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
                 let mdir = canon.parent().map(Path::to_path_buf).unwrap_or_default();
                 (canon.display().to_string(), stem, text, p.clone(), mdir)
             }
@@ -178,26 +136,17 @@ impl Session {
             return Ok(m);
         }
         if self.loading.contains(&key) {
-            return Err(Diagnostic::error(
-                Phase::Type,
-                format!("import cycle: `{name}` imports itself"),
-            )
-            .label(span, "imported here"));
+            return Err(Diagnostic::error(Phase::Type, format!("import cycle: `{name}` imports itself"))
+                .label(span, "imported here"));
         }
         let id = self.sources.add(display, text.as_str());
         let items = parser::parse_program(&text, id)?;
         self.loading.push(key.clone());
         std::mem::swap(&mut self.checker, ch);
-        let saved = self
-            .base_scope
-            .as_ref()
-            .map(|b| self.checker.enter_module(b));
+        let saved = self.base_scope.as_ref().map(|b| self.checker.enter_module(b));
         let r = self.check_items(&items, &mdir, false);
         let names: Vec<Rc<str>> = match &r {
-            Ok(units) => units
-                .iter()
-                .flat_map(|u| u.defined.iter().map(|(n, _)| n.clone()))
-                .collect(),
+            Ok(units) => units.iter().flat_map(|u| u.defined.iter().map(|(n, _)| n.clone())).collect(),
             Err(_) => Vec::new(),
         };
         let m = self.checker.add_module(&name, &names);
@@ -214,25 +163,17 @@ impl Session {
     pub fn run_units(&mut self, units: &[Unit]) -> Result<Vec<Echo>, Diagnostic> {
         let mut echoes = Vec::new();
         for u in units {
-            let v = self
-                .machine
-                .run(u.func.clone(), self.checker.global_count as usize)?;
+            let v = self.machine.run(u.func.clone(), self.checker.global_count as usize)?;
             if !u.from_user {
                 continue;
             }
             if let Some(ty) = &u.expr_type {
                 if !matches!(v, Value::Unit) || ty != "Unit" {
-                    echoes.push(Echo::Value {
-                        value: show(&v, false),
-                        ty: ty.clone(),
-                    });
+                    echoes.push(Echo::Value { value: show(&v, false), ty: ty.clone() });
                 }
             }
             for (n, t) in &u.defined {
-                echoes.push(Echo::Defined {
-                    name: n.to_string(),
-                    ty: t.clone(),
-                });
+                echoes.push(Echo::Defined { name: n.to_string(), ty: t.clone() });
             }
         }
         Ok(echoes)

@@ -12,19 +12,11 @@ pub struct Span {
 
 impl Span {
     pub fn new(file: u32, start: usize, end: usize) -> Span {
-        Span {
-            file,
-            start: start as u32,
-            end: end as u32,
-        }
+        Span { file, start: start as u32, end: end as u32 }
     }
     /// The smallest span covering both (same file assumed).
     pub fn to(self, other: Span) -> Span {
-        Span {
-            file: self.file,
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
+        Span { file: self.file, start: self.start.min(other.start), end: self.end.max(other.end) }
     }
 }
 
@@ -40,10 +32,7 @@ pub struct SourceMap {
 
 impl SourceMap {
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<Rc<str>>) -> u32 {
-        self.files.push(SourceFile {
-            name: name.into(),
-            text: text.into(),
-        });
+        self.files.push(SourceFile { name: name.into(), text: text.into() });
         (self.files.len() - 1) as u32
     }
     pub fn get(&self, id: u32) -> &SourceFile {
@@ -57,10 +46,7 @@ impl SourceMap {
         let text = &self.get(span.file).text;
         let upto = &text[..(span.start as usize).min(text.len())];
         let line = upto.matches('\n').count() + 1;
-        let col = upto
-            .rfind('\n')
-            .map_or(upto.chars().count(), |i| upto[i + 1..].chars().count())
-            + 1;
+        let col = upto.rfind('\n').map_or(upto.chars().count(), |i| upto[i + 1..].chars().count()) + 1;
         (line, col)
     }
 }

@@ -51,12 +51,7 @@ pub struct GradState {
 
 impl GradState {
     pub fn new(tag: u32, input: Value, with_value: bool) -> GradState {
-        GradState {
-            tag,
-            input,
-            with_value,
-            frames: Vec::new(),
-        }
+        GradState { tag, input, with_value, frames: Vec::new() }
     }
 }
 
@@ -93,24 +88,13 @@ pub fn strip_deep(v: &Value) -> Value {
 fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
         Value::Float(_) | Value::Tracked(_) | Value::Dual(_) => f(v)?,
-        Value::Tuple(vs) => Value::Tuple(Rc::new(
-            vs.iter()
-                .map(|x| map_leaves(x, f))
-                .collect::<FResult<_>>()?,
-        )),
+        Value::Tuple(vs) => Value::Tuple(Rc::new(vs.iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?)),
         Value::Record(r) => Value::Record(Rc::new(RecordVal {
             names: r.names.clone(),
-            values: r
-                .values
-                .iter()
-                .map(|x| map_leaves(x, f))
-                .collect::<FResult<_>>()?,
+            values: r.values.iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?,
         })),
         Value::Nil | Value::Cons(_) => {
-            let items = v
-                .iter_list()
-                .map(|x| map_leaves(x, f))
-                .collect::<FResult<Vec<_>>>()?;
+            let items = v.iter_list().map(|x| map_leaves(x, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
         other => other.clone(),
@@ -118,29 +102,15 @@ fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult
 }
 
 /// Zips the leaves of two structures of the same shape.
-fn zip_leaves(
-    a: &Value,
-    b: &Value,
-    f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>,
-) -> FResult<Value> {
+fn zip_leaves(a: &Value, b: &Value, f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match (a, b) {
-        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
-            x.iter()
-                .zip(y.iter())
-                .map(|(p, q)| zip_leaves(p, q, f))
-                .collect::<FResult<_>>()?,
-        )),
-        (Value::Record(x), Value::Record(y)) if x.names == y.names => {
-            Value::Record(Rc::new(RecordVal {
-                names: x.names.clone(),
-                values: x
-                    .values
-                    .iter()
-                    .zip(&y.values)
-                    .map(|(p, q)| zip_leaves(p, q, f))
-                    .collect::<FResult<_>>()?,
-            }))
+        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
+            Value::Tuple(Rc::new(x.iter().zip(y.iter()).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?))
         }
+        (Value::Record(x), Value::Record(y)) if x.names == y.names => Value::Record(Rc::new(RecordVal {
+            names: x.names.clone(),
+            values: x.values.iter().zip(&y.values).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+        })),
         (Value::Nil | Value::Cons(_), Value::Nil | Value::Cons(_)) => {
             let (xs, ys): (Vec<_>, Vec<_>) = (a.iter_list().collect(), b.iter_list().collect());
             if xs.len() != ys.len() {
@@ -150,11 +120,7 @@ fn zip_leaves(
                     xs.len()
                 )));
             }
-            let items = xs
-                .iter()
-                .zip(ys)
-                .map(|(p, q)| zip_leaves(p, q, f))
-                .collect::<FResult<Vec<_>>>()?;
+            let items = xs.iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
         _ => f(a, b)?,
@@ -164,23 +130,13 @@ fn zip_leaves(
 /// `grad`'s argument: every differentiable leaf tracked by `tag`.
 pub fn wrap(_m: &mut Machine, x: &Value, tag: u32) -> FResult<Value> {
     map_leaves(x, &mut |leaf| {
-        Ok(Value::Tracked(Rc::new(Tracked {
-            tag,
-            primal: leaf.clone(),
-            adj: RefCell::new(None),
-        })))
+        Ok(Value::Tracked(Rc::new(Tracked { tag, primal: leaf.clone(), adj: RefCell::new(None) })))
     })
 }
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
 pub fn dual(_m: &mut Machine, x: &Value, v: &Value, tag: u32) -> FResult<Value> {
-    zip_leaves(x, v, &mut |p, t| {
-        Ok(Value::Dual(Rc::new(Dual {
-            tag,
-            primal: p.clone(),
-            tangent: t.clone(),
-        })))
-    })
+    zip_leaves(x, v, &mut |p, t| Ok(Value::Dual(Rc::new(Dual { tag, primal: p.clone(), tangent: t.clone() }))))
 }
 
 /// The value at `tag`'s level: its primal if it is perturbed by `tag`, itself otherwise.
@@ -202,10 +158,7 @@ pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
 pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     let tag = tag_of(&x);
     if tag == 0 {
-        return Err(Fault::new(format!(
-            "internal: `{op:?}` on {}",
-            x.type_name()
-        )));
+        return Err(Fault::new(format!("internal: `{op:?}` on {}", x.type_name())));
     }
     let p = primal_at(&x, tag);
     let y = apply_un(m, op, p.clone())?;
@@ -213,27 +166,15 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
         Value::Dual(d) => {
             let dy = op.deriv(m, &p, &y)?;
             let tangent = m.prim2(Prim::Mul, dy, d.tangent.clone())?;
-            Ok(Value::Dual(Rc::new(Dual {
-                tag,
-                primal: y,
-                tangent,
-            })))
+            Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
             if m.grad_handler(tag).is_none() {
                 return Ok(y); // escaped its grad: a plain value
             }
             let dy = op.deriv(m, &p, &y)?;
-            let out = Rc::new(Tracked {
-                tag,
-                primal: y,
-                adj: RefCell::new(None),
-            });
-            let frame = AdjFrame {
-                out: out.clone(),
-                a: Some((t.clone(), dy)),
-                b: None,
-            };
+            let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
+            let frame = AdjFrame { out: out.clone(), a: Some((t.clone(), dy)), b: None };
             if let Some(h) = m.grad_handler(tag) {
                 h.frames.push(frame);
             }
@@ -258,30 +199,18 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
                 tangent = add(m, tangent, c)?;
             }
         }
-        return Ok(Value::Dual(Rc::new(Dual {
-            tag,
-            primal: y,
-            tangent,
-        })));
+        return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
     if m.grad_handler(tag).is_none() {
         return Ok(y);
     }
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
-    let out = Rc::new(Tracked {
-        tag,
-        primal: y,
-        adj: RefCell::new(None),
-    });
+    let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
     let pick = |v: &Value, on: bool, d: Value| match (on, v) {
         (true, Value::Tracked(t)) => Some((t.clone(), d)),
         _ => None,
     };
-    let frame = AdjFrame {
-        out: out.clone(),
-        a: pick(&a, a_in, da),
-        b: pick(&b, b_in, db),
-    };
+    let frame = AdjFrame { out: out.clone(), a: pick(&a, a_in, da), b: pick(&b, b_in, db) };
     if let Some(h) = m.grad_handler(tag) {
         h.frames.push(frame);
     }
@@ -341,9 +270,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
     }
     let grads = map_leaves(&state.input, &mut |leaf| {
         Ok(match leaf {
-            Value::Tracked(t) if t.tag == tag => {
-                t.adj.borrow().clone().unwrap_or(Value::Float(0.0))
-            }
+            Value::Tracked(t) if t.tag == tag => t.adj.borrow().clone().unwrap_or(Value::Float(0.0)),
             _ => Value::Float(0.0),
         })
     })?;

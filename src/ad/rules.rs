@@ -83,13 +83,7 @@ fn scalar(v: &Value) -> f64 {
 }
 
 /// (∂y/∂a, ∂y/∂b) for y = a `p` b.
-pub fn partials(
-    m: &mut Machine,
-    p: Prim,
-    a: &Value,
-    b: &Value,
-    y: &Value,
-) -> FResult<(Value, Value)> {
+pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FResult<(Value, Value)> {
     let (a, b, y) = (a.clone(), b.clone(), y.clone());
     Ok(match p {
         Prim::Add => (f(1.0), f(1.0)),
@@ -112,10 +106,6 @@ pub fn partials(
             };
             (da, db)
         }
-        other => {
-            return Err(Fault::new(format!(
-                "internal: `{other:?}` is not differentiable"
-            )))
-        }
+        other => return Err(Fault::new(format!("internal: `{other:?}` is not differentiable"))),
     })
 }

@@ -56,6 +56,69 @@ pub enum Op {
     Update(u32, u32),
     /// Constructor info index, argument count.
     MakeCon(u32, u32),
+    /// Checks the shape of the value on top of the stack (see `Core::Checked`).
+    CheckKind(Kind),
+}
+
+/// The run-time shape of a type, as far as a shallow check can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Int,
+    Float,
+    Bool,
+    Str,
+    Unit,
+    List,
+    Tuple,
+    Record,
+    Function,
+}
+
+impl Kind {
+    fn of(t: &Ty) -> Option<Kind> {
+        Some(match t {
+            Ty::Con(n, _) => match &**n {
+                "Int" => Kind::Int,
+                "Float" => Kind::Float,
+                "Bool" => Kind::Bool,
+                "String" => Kind::Str,
+                "Unit" => Kind::Unit,
+                "List" => Kind::List,
+                _ => return None,
+            },
+            Ty::Tuple(_) => Kind::Tuple,
+            Ty::Record(_) => Kind::Record,
+            Ty::Fun(..) => Kind::Function,
+            _ => return None,
+        })
+    }
+    pub fn admits(self, v: &Value) -> bool {
+        matches!(
+            (self, v),
+            (Kind::Int, Value::Int(_))
+                | (Kind::Float, Value::Float(_) | Value::Tracked(_) | Value::Dual(_))
+                | (Kind::Bool, Value::Bool(_))
+                | (Kind::Str, Value::Str(_))
+                | (Kind::Unit, Value::Unit)
+                | (Kind::List, Value::Nil | Value::Cons(_))
+                | (Kind::Tuple, Value::Tuple(_))
+                | (Kind::Record, Value::Record(_))
+                | (Kind::Function, Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_))
+        )
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Int => "Int",
+            Kind::Float => "Float",
+            Kind::Bool => "Bool",
+            Kind::Str => "String",
+            Kind::Unit => "Unit",
+            Kind::List => "a List",
+            Kind::Tuple => "a tuple",
+            Kind::Record => "a record",
+            Kind::Function => "a function",
+        }
+    }
 }
 
 pub struct ConDesc {
@@ -83,14 +146,7 @@ struct Builder<'a> {
 }
 
 pub fn compile_toplevel(code: &Core, nlocals: u32, span: Span, subst: &Subst) -> Rc<Function> {
-    let lam = Lambda {
-        name: "<top>".into(),
-        arity: 0,
-        nlocals,
-        captures: Vec::new(),
-        body: code.clone(),
-        span,
-    };
+    let lam = Lambda { name: "<top>".into(), arity: 0, nlocals, captures: Vec::new(), body: code.clone(), span };
     compile_lambda(&lam, subst)
 }
 
@@ -350,9 +406,7 @@ impl Builder<'_> {
                 for (_, v) in fields {
                     self.expr(v, false, *sp);
                 }
-                self.f
-                    .names
-                    .push(fields.iter().map(|(n, _)| n.clone()).collect());
+                self.f.names.push(fields.iter().map(|(n, _)| n.clone()).collect());
                 let ni = (self.f.names.len() - 1) as u32;
                 self.emit(Op::Update(ni, fields.len() as u32), *sp);
             }
@@ -361,16 +415,17 @@ impl Builder<'_> {
                 let k = self.konst(Value::Str(Rc::new(name.to_string())));
                 self.emit(Op::Field(k), *sp);
             }
-            Core::Con {
-                tag, name, args, ..
-            } => {
+            Core::Checked(inner, ty, sp) => {
+                self.expr(inner, false, *sp);
+                if let Some(k) = Kind::of(&self.subst.prune(ty)) {
+                    self.emit(Op::CheckKind(k), *sp);
+                }
+            }
+            Core::Con { tag, name, args, .. } => {
                 for a in args {
                     self.expr(a, false, span);
                 }
-                self.f.cons.push(ConDesc {
-                    tag: *tag,
-                    name: name.clone(),
-                });
+                self.f.cons.push(ConDesc { tag: *tag, name: name.clone() });
                 let ci = (self.f.cons.len() - 1) as u32;
                 self.emit(Op::MakeCon(ci, args.len() as u32), span);
             }

@@ -21,11 +21,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub enum Frame {
     /// A dp function waiting for a callee to return.
-    Dp {
-        clo: Rc<Closure>,
-        pc: u32,
-        base: u32,
-    },
+    Dp { clo: Rc<Closure>, pc: u32, base: u32 },
     /// Over-application: apply the returned function to these arguments.
     ApplyRest { args: Vec<Value>, span: Span },
     /// `jvp`: split the returned value into primal and tangent of this tag.
@@ -58,10 +54,7 @@ pub struct Fault {
 
 impl Fault {
     pub fn new(msg: impl Into<String>) -> Fault {
-        Fault {
-            msg: msg.into(),
-            help: None,
-        }
+        Fault { msg: msg.into(), help: None }
     }
     pub fn help(mut self, h: impl Into<String>) -> Fault {
         self.help = Some(h.into());
@@ -97,16 +90,8 @@ pub enum BuiltinOut {
 pub enum Control {
     Reset(Value),
     Shift(Value),
-    Grad {
-        f: Value,
-        x: Value,
-        with_value: bool,
-    },
-    Jvp {
-        f: Value,
-        x: Value,
-        v: Value,
-    },
+    Grad { f: Value, x: Value, with_value: bool },
+    Jvp { f: Value, x: Value, v: Value },
     Exit(i32),
 }
 
@@ -169,10 +154,7 @@ impl Machine {
         self.segs.clear();
         self.seg_frames = 0;
         self.delim = Delim::Base;
-        let clo = Rc::new(Closure {
-            func,
-            env: Vec::new(),
-        });
+        let clo = Rc::new(Closure { func, env: Vec::new() });
         self.stack.push(Value::Closure(clo.clone()));
         let nlocals = clo.func.nlocals as usize;
         self.stack.resize(1 + nlocals, Value::Unit);
@@ -192,12 +174,7 @@ impl Machine {
     }
 
     fn locate(&self, fault: Fault, clo: &Rc<Closure>, pc: usize) -> Diagnostic {
-        let span = clo
-            .func
-            .spans
-            .get(pc.saturating_sub(1))
-            .copied()
-            .unwrap_or(clo.func.span);
+        let span = clo.func.spans.get(pc.saturating_sub(1)).copied().unwrap_or(clo.func.span);
         let mut d = Diagnostic::error(Phase::Runtime, fault.msg).label(span, "raised here");
         if let Some(h) = fault.help {
             d = d.help(h);
@@ -208,21 +185,12 @@ impl Machine {
 
     fn trace(&self, clo: &Rc<Closure>, span: Span) -> Vec<(String, Span)> {
         let mut t = vec![(clo.func.name.to_string(), span)];
-        let all = self
-            .segs
-            .iter()
-            .map(|s| &s.frames)
-            .chain(std::iter::once(&self.frames));
+        let all = self.segs.iter().map(|s| &s.frames).chain(std::iter::once(&self.frames));
         let mut frames: Vec<&Frame> = all.flatten().collect();
         frames.reverse();
         for f in frames.into_iter().take(64) {
             if let Frame::Dp { clo, pc, .. } = f {
-                let sp = clo
-                    .func
-                    .spans
-                    .get((*pc as usize).saturating_sub(1))
-                    .copied()
-                    .unwrap_or(clo.func.span);
+                let sp = clo.func.spans.get((*pc as usize).saturating_sub(1)).copied().unwrap_or(clo.func.span);
                 t.push((clo.func.name.to_string(), sp));
             }
         }
@@ -234,12 +202,7 @@ impl Machine {
         self.stack.pop().unwrap_or_default()
     }
 
-    fn exec(
-        &mut self,
-        mut clo: Rc<Closure>,
-        mut pc: usize,
-        mut base: usize,
-    ) -> Result<Value, Diagnostic> {
+    fn exec(&mut self, mut clo: Rc<Closure>, mut pc: usize, mut base: usize) -> Result<Value, Diagnostic> {
         macro_rules! fault {
             ($e:expr) => {
                 return Err(self.locate($e, &clo, pc))
@@ -326,10 +289,7 @@ impl Machine {
                             VarRef::Global(g) => self.globals[g as usize].clone(),
                         })
                         .collect();
-                    self.stack.push(Value::Closure(Rc::new(Closure {
-                        func: func.clone(),
-                        env,
-                    })));
+                    self.stack.push(Value::Closure(Rc::new(Closure { func: func.clone(), env })));
                 }
                 Op::Call(n) | Op::TailCall(n) => {
                     let n = n as usize;
@@ -354,18 +314,18 @@ impl Machine {
                                 base = dst + 1;
                             } else {
                                 if self.depth() >= self.stack_limit {
-                                    fault!(Fault::new(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
-                                        .help("a recursion that never ends? otherwise raise the limit with `--stack-limit`"));
+                                    fault!(Fault::new(format!(
+                                        "stack limit exceeded ({} nested calls)",
+                                        self.stack_limit
+                                    ))
+                                    .help(
+                                        "a recursion that never ends? otherwise raise the limit with `--stack-limit`"
+                                    ));
                                 }
-                                self.frames.push(Frame::Dp {
-                                    clo,
-                                    pc: pc as u32,
-                                    base: base as u32,
-                                });
+                                self.frames.push(Frame::Dp { clo, pc: pc as u32, base: base as u32 });
                                 base = fpos + 1;
                             }
-                            self.stack
-                                .resize(base + c.func.nlocals as usize, Value::Unit);
+                            self.stack.resize(base + c.func.nlocals as usize, Value::Unit);
                             clo = c;
                             pc = 0;
                             continue;
@@ -377,11 +337,7 @@ impl Machine {
                     if tail {
                         self.stack.truncate(base - 1);
                     } else {
-                        self.frames.push(Frame::Dp {
-                            clo: clo.clone(),
-                            pc: pc as u32,
-                            base: base as u32,
-                        });
+                        self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
                     }
                     goto!(self.resume(Action::Apply(f, args, span)));
                 }
@@ -391,11 +347,7 @@ impl Machine {
                     match tryf!(self.builtin(i, args)) {
                         BuiltinOut::Value(v) => self.stack.push(v),
                         BuiltinOut::Control(c) => {
-                            self.frames.push(Frame::Dp {
-                                clo: clo.clone(),
-                                pc: pc as u32,
-                                base: base as u32,
-                            });
+                            self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
                             let span = clo.func.spans[pc - 1];
                             goto!(self.control(c, span));
                         }
@@ -451,26 +403,20 @@ impl Machine {
                     self.stack.push(v);
                 }
                 Op::MakeTuple(n) => {
-                    let vs: Vec<Value> =
-                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let vs: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     self.stack.push(Value::Tuple(Rc::new(vs)));
                 }
                 Op::MakeList(n) => {
-                    let vs: Vec<Value> =
-                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let vs: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     self.stack.push(Value::list(vs.into_iter()));
                 }
                 Op::MakeRecord(ni, n) => {
-                    let values: Vec<Value> =
-                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let values: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let names = clo.func.names[ni as usize].clone();
-                    self.stack
-                        .push(Value::Record(Rc::new(RecordVal { names, values })));
+                    self.stack.push(Value::Record(Rc::new(RecordVal { names, values })));
                 }
                 Op::Field(k) => {
-                    let Value::Str(name) = &clo.func.consts[k as usize] else {
-                        unreachable!()
-                    };
+                    let Value::Str(name) = &clo.func.consts[k as usize] else { unreachable!() };
                     let r = self.pop();
                     match &r {
                         Value::Record(rec) => match rec.get(name) {
@@ -480,19 +426,13 @@ impl Machine {
                             }
                             None => fault!(Fault::new(format!("record has no field `{name}`"))),
                         },
-                        other => fault!(Fault::new(format!(
-                            "internal: field access on {}",
-                            other.type_name()
-                        ))),
+                        other => fault!(Fault::new(format!("internal: field access on {}", other.type_name()))),
                     }
                 }
                 Op::Update(ni, n) => {
-                    let vals: Vec<Value> =
-                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let vals: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let base_rec = self.pop();
-                    let Value::Record(rec) = base_rec else {
-                        fault!(Fault::new("internal: update of a non-record"))
-                    };
+                    let Value::Record(rec) = base_rec else { fault!(Fault::new("internal: update of a non-record")) };
                     let mut values = rec.values.clone();
                     for (name, v) in clo.func.names[ni as usize].iter().zip(vals) {
                         match rec.names.iter().position(|x| x == name) {
@@ -500,20 +440,20 @@ impl Machine {
                             None => fault!(Fault::new(format!("record has no field `{name}`"))),
                         }
                     }
-                    self.stack.push(Value::Record(Rc::new(RecordVal {
-                        names: rec.names.clone(),
-                        values,
-                    })));
+                    self.stack.push(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })));
+                }
+                Op::CheckKind(k) => {
+                    let v = self.stack.last().unwrap_or(&Value::Unit);
+                    if !k.admits(v) {
+                        let found = v.type_name();
+                        fault!(Fault::new(format!("answer type mismatch: this `reset` should produce {}, but a `shift` inside it returned a {found}", k.name()))
+                            .help("the body of a `shift` must return the same type as its enclosing `reset`"));
+                    }
                 }
                 Op::MakeCon(ci, n) => {
-                    let args: Vec<Value> =
-                        self.stack.drain(self.stack.len() - n as usize..).collect();
+                    let args: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let c = &clo.func.cons[ci as usize];
-                    self.stack.push(Value::Con(Rc::new(ConVal {
-                        tag: c.tag,
-                        name: c.name.clone(),
-                        args,
-                    })));
+                    self.stack.push(Value::Con(Rc::new(ConVal { tag: c.tag, name: c.name.clone(), args })));
                 }
             }
         }
@@ -539,10 +479,7 @@ impl Machine {
                     Value::Closure(c) => {
                         let arity = c.func.arity as usize;
                         if args.len() < arity {
-                            Action::Return(Value::Pap(Rc::new(Pap {
-                                callee: Value::Closure(c),
-                                args,
-                            })))
+                            Action::Return(Value::Pap(Rc::new(Pap { callee: Value::Closure(c), args })))
                         } else {
                             if args.len() > arity {
                                 let rest = args.split_off(arity);
@@ -557,8 +494,7 @@ impl Machine {
                             self.stack.push(Value::Closure(c.clone()));
                             let base = self.stack.len();
                             self.stack.extend(args);
-                            self.stack
-                                .resize(base + c.func.nlocals as usize, Value::Unit);
+                            self.stack.resize(base + c.func.nlocals as usize, Value::Unit);
                             // The callee returns through a Dp frame of its caller, already pushed.
                             return Ok(Next::Run(c, 0, base));
                         }
@@ -605,10 +541,7 @@ impl Machine {
                         Action::Return(v)
                     }
                     other => {
-                        return Err(Fault::new(format!(
-                            "internal: applying a {} as a function",
-                            other.type_name()
-                        )))
+                        return Err(Fault::new(format!("internal: applying a {} as a function", other.type_name())))
                     }
                 },
             };
@@ -650,8 +583,7 @@ impl Machine {
             Delim::GradPrompt(_) => {
                 self.restore_below();
                 // Now the handler segment is running: the backward pass is its work.
-                let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset)
-                else {
+                let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
                     return Err(Fault::new("internal: grad prompt without its handler"));
                 };
                 let result = ad::backward(self, *state, v)?;
@@ -674,10 +606,7 @@ impl Machine {
                 let first = if matches!(self.delim, Delim::Reset) {
                     self.segs.len()
                 } else {
-                    match (1..self.segs.len())
-                        .rev()
-                        .find(|&i| matches!(self.segs[i].delim, Delim::Reset))
-                    {
+                    match (1..self.segs.len()).rev().find(|&i| matches!(self.segs[i].delim, Delim::Reset)) {
                         Some(i) => i,
                         None => {
                             return Err(Fault::new("`shift` without an enclosing `reset`")
@@ -692,21 +621,13 @@ impl Machine {
                     frames: std::mem::take(&mut self.frames),
                     delim: std::mem::replace(&mut self.delim, Delim::Reset),
                 });
-                Action::Apply(
-                    f,
-                    vec![Value::Cont(Rc::new(Cont { segments: captured }))],
-                    span,
-                )
+                Action::Apply(f, vec![Value::Cont(Rc::new(Cont { segments: captured }))], span)
             }
             Control::Grad { f, x, with_value } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 let wrapped = ad::wrap(self, &x, tag)?;
-                self.push_segment(Delim::GradHandler(Box::new(GradState::new(
-                    tag,
-                    wrapped.clone(),
-                    with_value,
-                ))));
+                self.push_segment(Delim::GradHandler(Box::new(GradState::new(tag, wrapped.clone(), with_value))));
                 self.push_segment(Delim::GradPrompt(tag));
                 Action::Apply(f, vec![wrapped], span)
             }
@@ -730,9 +651,8 @@ impl Machine {
         let idx = if matches!(self.delim, Delim::GradPrompt(t) if t == tag) {
             self.segs.len().checked_sub(1)?
         } else {
-            let p = (1..self.segs.len())
-                .rev()
-                .find(|&i| matches!(self.segs[i].delim, Delim::GradPrompt(t) if t == tag))?;
+            let p =
+                (1..self.segs.len()).rev().find(|&i| matches!(self.segs[i].delim, Delim::GradPrompt(t) if t == tag))?;
             p - 1
         };
         match &mut self.segs[idx].delim {
@@ -750,10 +670,7 @@ impl Machine {
             (Prim::Neg, _) => ad::unary(self, crate::ad::rules::Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
-            _ => Err(Fault::new(format!(
-                "internal: `{p:?}` on {}",
-                a.type_name()
-            ))),
+            _ => Err(Fault::new(format!("internal: `{p:?}` on {}", a.type_name()))),
         }
     }
 
@@ -768,8 +685,9 @@ impl Machine {
             (Prim::Rem, Int(x), Int(y)) => Int(x.wrapping_rem(*y)),
             (Prim::Pow, Int(x), Int(y)) => {
                 if *y < 0 {
-                    return Err(Fault::new(format!("negative Int exponent {y}"))
-                        .help("use Floats: `float x ** float y`"));
+                    return Err(
+                        Fault::new(format!("negative Int exponent {y}")).help("use Floats: `float x ** float y`")
+                    );
                 }
                 Int(x.wrapping_pow((*y).min(u32::MAX as i64) as u32))
             }
@@ -778,9 +696,7 @@ impl Machine {
             (Prim::Mul, Float(x), Float(y)) => Float(x * y),
             (Prim::Div, Float(x), Float(y)) => Float(x / y),
             (Prim::Pow, Float(x), Float(y)) => Float(x.powf(*y)),
-            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _)
-                if ad::is_ad(&a) || ad::is_ad(&b) =>
-            {
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if ad::is_ad(&a) || ad::is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
@@ -808,13 +724,7 @@ impl Machine {
                 *r.borrow_mut() = b;
                 Unit
             }
-            _ => {
-                return Err(Fault::new(format!(
-                    "internal: `{p:?}` on {} and {}",
-                    a.type_name(),
-                    b.type_name()
-                )))
-            }
+            _ => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
         })
     }
 
@@ -828,11 +738,7 @@ impl Machine {
             B::Shift => return Ok(BuiltinOut::Control(Control::Shift(arg()))),
             B::Grad | B::ValueAndGrad => {
                 let (f, x) = (arg(), arg());
-                return Ok(BuiltinOut::Control(Control::Grad {
-                    f,
-                    x,
-                    with_value: b == B::ValueAndGrad,
-                }));
+                return Ok(BuiltinOut::Control(Control::Grad { f, x, with_value: b == B::ValueAndGrad }));
             }
             B::Jvp => {
                 let (f, x, v) = (arg(), arg(), arg());
@@ -892,33 +798,20 @@ fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bo
             _ => false,
         },
         Pattern::Tuple(ps) => match v {
-            Value::Tuple(vs) => ps
-                .iter()
-                .zip(vs.iter())
-                .all(|(p, x)| match_pattern(p, x, stack, base)),
+            Value::Tuple(vs) => ps.iter().zip(vs.iter()).all(|(p, x)| match_pattern(p, x, stack, base)),
             _ => false,
         },
         Pattern::Nil => matches!(v, Value::Nil),
         Pattern::Cons(h, t) => match v {
-            Value::Cons(c) => {
-                match_pattern(h, &c.head, stack, base) && match_pattern(t, &c.tail, stack, base)
-            }
+            Value::Cons(c) => match_pattern(h, &c.head, stack, base) && match_pattern(t, &c.tail, stack, base),
             _ => false,
         },
         Pattern::Con { tag, args } => match v {
-            Value::Con(c) => {
-                c.tag == *tag
-                    && args
-                        .iter()
-                        .zip(&c.args)
-                        .all(|(p, x)| match_pattern(p, x, stack, base))
-            }
+            Value::Con(c) => c.tag == *tag && args.iter().zip(&c.args).all(|(p, x)| match_pattern(p, x, stack, base)),
             _ => false,
         },
         Pattern::Record(fs) => match v {
-            Value::Record(r) => fs
-                .iter()
-                .all(|(n, p)| r.get(n).is_some_and(|x| match_pattern(p, x, stack, base))),
+            Value::Record(r) => fs.iter().all(|(n, p)| r.get(n).is_some_and(|x| match_pattern(p, x, stack, base))),
             _ => false,
         },
     }
@@ -971,9 +864,7 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                     work.push((pv, qv));
                 }
             }
-            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => {
-                work.push((ad::strip(&x), ad::strip(&y)))
-            }
+            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((ad::strip(&x), ad::strip(&y))),
             (Closure(_) | Builtin(_) | Pap(_) | Cont(_), _) => {
                 return Err(Fault::new("cannot compare functions for equality"));
             }
@@ -989,16 +880,8 @@ pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
         (Int(x), Int(y)) => x.cmp(y),
         (Float(x), Float(y)) => x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Greater),
         (Str(x), Str(y)) => x.cmp(y),
-        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => {
-            return compare(&ad::strip(a), &ad::strip(b))
-        }
-        _ => {
-            return Err(Fault::new(format!(
-                "internal: ordering {} and {}",
-                a.type_name(),
-                b.type_name()
-            )))
-        }
+        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&ad::strip(a), &ad::strip(b)),
+        _ => return Err(Fault::new(format!("internal: ordering {} and {}", a.type_name(), b.type_name()))),
     })
 }
 

@@ -8,45 +8,28 @@ use std::io::Write;
 use std::rc::Rc;
 
 fn some(v: Value) -> Value {
-    Value::Con(Rc::new(ConVal {
-        tag: 1,
-        name: "Some".into(),
-        args: vec![v],
-    }))
+    Value::Con(Rc::new(ConVal { tag: 1, name: "Some".into(), args: vec![v] }))
 }
 fn none() -> Value {
-    Value::Con(Rc::new(ConVal {
-        tag: 0,
-        name: "None".into(),
-        args: vec![],
-    }))
+    Value::Con(Rc::new(ConVal { tag: 0, name: "None".into(), args: vec![] }))
 }
 
 fn string(v: Value) -> FResult<Rc<String>> {
     match v {
         Value::Str(s) => Ok(s),
-        other => Err(Fault::new(format!(
-            "internal: expected a String, got {}",
-            other.type_name()
-        ))),
+        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
     }
 }
 fn int(v: Value) -> FResult<i64> {
     match v {
         Value::Int(n) => Ok(n),
-        other => Err(Fault::new(format!(
-            "internal: expected an Int, got {}",
-            other.type_name()
-        ))),
+        other => Err(Fault::new(format!("internal: expected an Int, got {}", other.type_name()))),
     }
 }
 fn float(v: Value) -> FResult<f64> {
     match crate::ad::strip(&v) {
         Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!(
-            "internal: expected a Float, got {}",
-            other.type_name()
-        ))),
+        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
     }
 }
 
@@ -54,25 +37,21 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
     Ok(match b {
         B::Print | B::Println => {
             let s = show(&arg(), true);
-            let r = if b == B::Println {
-                writeln!(m.out, "{s}")
-            } else {
-                write!(m.out, "{s}")
-            };
+            let r = if b == B::Println { writeln!(m.out, "{s}") } else { write!(m.out, "{s}") };
             r.map_err(|e| Fault::new(format!("cannot write to standard output: {e}")))?;
             Value::Unit
         }
         B::Show => Value::str(show(&arg(), false)),
         B::ReadFile => {
             let path = string(arg())?;
-            let text = std::fs::read_to_string(path.as_str())
-                .map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))?;
+            let text =
+                std::fs::read_to_string(path.as_str()).map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))?;
             Value::str(text)
         }
         B::ReadLines => {
             let path = string(arg())?;
-            let text = std::fs::read_to_string(path.as_str())
-                .map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))?;
+            let text =
+                std::fs::read_to_string(path.as_str()).map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))?;
             let lines: Vec<Value> = text.lines().map(Value::str).collect();
             Value::list(lines.into_iter())
         }
@@ -83,22 +62,13 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 .map_err(|e| Fault::new(format!("cannot write `{path}`: {e}")))?;
             Value::Unit
         }
-        B::Args => Value::list(
-            m.args
-                .iter()
-                .map(|a| Value::str(a.clone()))
-                .collect::<Vec<_>>()
-                .into_iter(),
-        ),
+        B::Args => Value::list(m.args.iter().map(|a| Value::str(a.clone())).collect::<Vec<_>>().into_iter()),
         B::Error => return Err(Fault::new(string(arg())?.to_string())),
         B::Float => Value::Float(int(arg())? as f64),
         B::Int => {
             let x = float(arg())?;
             if !x.is_finite() || x.abs() >= 9.2e18 {
-                return Err(Fault::new(format!(
-                    "cannot convert {} to Int",
-                    fmt_float(x)
-                )));
+                return Err(Fault::new(format!("cannot convert {} to Int", fmt_float(x))));
             }
             Value::Int(x.trunc() as i64)
         }
@@ -118,25 +88,13 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let (start, len) = (int(arg())?, int(arg())?);
             let n = s.chars().count() as i64;
             if start < 0 || len < 0 || start + len > n {
-                return Err(Fault::new(format!(
-                    "substring {start} {len} is out of range for a string of length {n}"
-                )));
+                return Err(Fault::new(format!("substring {start} {len} is out of range for a string of length {n}")));
             }
-            Value::str(
-                s.chars()
-                    .skip(start as usize)
-                    .take(len as usize)
-                    .collect::<String>(),
-            )
+            Value::str(s.chars().skip(start as usize).take(len as usize).collect::<String>())
         }
         B::Chars => {
             let s = string(arg())?;
-            Value::list(
-                s.chars()
-                    .map(|c| Value::str(c.to_string()))
-                    .collect::<Vec<_>>()
-                    .into_iter(),
-            )
+            Value::list(s.chars().map(|c| Value::str(c.to_string())).collect::<Vec<_>>().into_iter())
         }
         B::ConcatStrings => {
             let l = arg();
@@ -154,12 +112,7 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             if sep.is_empty() {
                 return Err(Fault::new("split: the separator is empty"));
             }
-            Value::list(
-                s.split(sep.as_str())
-                    .map(Value::str)
-                    .collect::<Vec<_>>()
-                    .into_iter(),
-            )
+            Value::list(s.split(sep.as_str()).map(Value::str).collect::<Vec<_>>().into_iter())
         }
         B::Floor => Value::Float(float(arg())?.floor()),
         B::Ceil => Value::Float(float(arg())?.ceil()),
@@ -168,10 +121,6 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Nan => Value::Float(f64::NAN),
         B::IsNan => Value::Bool(float(arg())?.is_nan()),
         B::Ref => Value::Ref(Rc::new(RefCell::new(arg()))),
-        other => {
-            return Err(Fault::new(format!(
-                "internal: builtin {other:?} dispatched as pure"
-            )))
-        }
+        other => return Err(Fault::new(format!("internal: builtin {other:?} dispatched as pure"))),
     })
 }

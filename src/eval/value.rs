@@ -57,10 +57,7 @@ pub struct RecordVal {
 
 impl RecordVal {
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.names
-            .iter()
-            .position(|n| &**n == name)
-            .map(|i| &self.values[i])
+        self.names.iter().position(|n| &**n == name).map(|i| &self.values[i])
     }
 }
 
@@ -160,11 +157,7 @@ pub fn fmt_float(x: f64) -> String {
         return "nan".into();
     }
     if x.is_infinite() {
-        return if x > 0.0 {
-            "infinity".into()
-        } else {
-            "-infinity".into()
-        };
+        return if x > 0.0 { "infinity".into() } else { "-infinity".into() };
     }
     let a = x.abs();
     let s = if a != 0.0 && !(1e-5..1e16).contains(&a) {
@@ -189,7 +182,7 @@ pub fn show(v: &Value, top: bool) -> String {
 }
 
 fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
-    if depth > 10_000 {
+    if depth > 1_000_000 {
         out.push('…');
         return;
     }

@@ -20,15 +20,8 @@ struct DpHelper {
 
 impl Completer for DpHelper {
     type Candidate = Pair;
-    fn complete(
-        &self,
-        line: &str,
-        pos: usize,
-        _: &Context<'_>,
-    ) -> rustyline::Result<(usize, Vec<Pair>)> {
-        let start = line[..pos]
-            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\''))
-            .map_or(0, |i| i + 1);
+    fn complete(&self, line: &str, pos: usize, _: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let start = line[..pos].rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\'')).map_or(0, |i| i + 1);
         let word = &line[start..pos];
         if word.is_empty() {
             return Ok((pos, Vec::new()));
@@ -37,10 +30,7 @@ impl Completer for DpHelper {
             .names
             .iter()
             .filter(|n| n.starts_with(word))
-            .map(|n| Pair {
-                display: n.clone(),
-                replacement: n.clone(),
-            })
+            .map(|n| Pair { display: n.clone(), replacement: n.clone() })
             .collect();
         Ok((start, found))
     }
@@ -54,11 +44,7 @@ impl Helper for DpHelper {}
 
 impl Validator for DpHelper {
     fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
-        Ok(if is_incomplete(ctx.input()) {
-            ValidationResult::Incomplete
-        } else {
-            ValidationResult::Valid(None)
-        })
+        Ok(if is_incomplete(ctx.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
     }
 }
 
@@ -106,17 +92,8 @@ pub fn start(stack_limit: usize) -> u8 {
             return 1;
         }
     };
-    let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS
-        .iter()
-        .map(|k| k.to_string())
-        .collect();
-    names.extend(
-        session
-            .checker
-            .names_in_scope()
-            .into_iter()
-            .map(|(n, _)| n.to_string()),
-    );
+    let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
+    names.extend(session.checker.names_in_scope().into_iter().map(|(n, _)| n.to_string()));
     names.sort();
     names.dedup();
     rl.set_helper(Some(DpHelper { names }));
@@ -124,10 +101,7 @@ pub fn start(stack_limit: usize) -> u8 {
     if let Some(h) = &hist {
         let _ = rl.load_history(h);
     }
-    println!(
-        "dp {} — :help for help, Ctrl-D to exit",
-        env!("CARGO_PKG_VERSION")
-    );
+    println!("dp {} — :help for help, Ctrl-D to exit", env!("CARGO_PKG_VERSION"));
     let mut n = 0;
     loop {
         match rl.readline("dp> ") {
@@ -179,10 +153,7 @@ fn handle(session: &mut Session, line: &str, n: usize) -> bool {
                 let path = rest.trim();
                 match std::fs::read_to_string(path) {
                     Ok(text) => {
-                        let dir = Path::new(path)
-                            .parent()
-                            .map(Path::to_path_buf)
-                            .unwrap_or_default();
+                        let dir = Path::new(path).parent().map(Path::to_path_buf).unwrap_or_default();
                         let r = session.eval(path, &text, &dir);
                         for w in session.take_warnings() {
                             eprint!("{}", session.render(&w, color));

@@ -3,8 +3,8 @@
 
 /// Reserved words: the lexer never treats these as identifiers.
 pub const KEYWORDS: &[&str] = &[
-    "let", "rec", "and", "in", "fun", "if", "then", "else", "match", "with", "type", "import",
-    "true", "false", "not", "ref",
+    "let", "rec", "and", "in", "fun", "if", "then", "else", "match", "with", "type", "import", "true", "false", "not",
+    "ref",
 ];
 
 /// Built-in values every program sees (before the prelude). Editors highlight these.
@@ -58,6 +58,4 @@ pub const BUILTINS: &[&str] = &[
 ];
 
 /// Built-in type names.
-pub const TYPE_NAMES: &[&str] = &[
-    "Int", "Float", "Bool", "String", "Unit", "Tensor", "List", "Ref",
-];
+pub const TYPE_NAMES: &[&str] = &["Int", "Float", "Bool", "String", "Unit", "Tensor", "List", "Ref"];

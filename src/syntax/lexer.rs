@@ -267,17 +267,12 @@ pub fn lex(src: &str, file: u32) -> Result<Vec<Spanned>, Diagnostic> {
 }
 
 fn lex_error(e: LexError, span: Span, src: &str) -> Diagnostic {
-    let text = src
-        .get(span.start as usize..span.end as usize)
-        .unwrap_or("");
+    let text = src.get(span.start as usize..span.end as usize).unwrap_or("");
     match e {
         LexError::Unexpected => {
             let c = text.chars().next().unwrap_or(' ');
-            let d = Diagnostic::error(
-                Phase::Lex,
-                format!("unexpected character `{}`", c.escape_debug()),
-            )
-            .label(span, "not part of any dp token");
+            let d = Diagnostic::error(Phase::Lex, format!("unexpected character `{}`", c.escape_debug()))
+                .label(span, "not part of any dp token");
             match c {
                 '\'' => d.help("strings use double quotes: \"text\""),
                 '&' => d.help("logical and is `&&`"),
@@ -287,30 +282,13 @@ fn lex_error(e: LexError, span: Span, src: &str) -> Diagnostic {
         LexError::IntTooLarge => Diagnostic::error(Phase::Lex, "integer literal too large")
             .label(span, "does not fit in a 64-bit Int")
             .help("use a Float literal such as 1e20"),
-        LexError::UnterminatedComment => {
-            Diagnostic::error(Phase::Lex, "unterminated block comment")
-                .label(
-                    Span {
-                        end: span.start + 2,
-                        ..span
-                    },
-                    "this comment is never closed",
-                )
-                .help("block comments nest: every `/*` needs its own `*/`")
-        }
-        LexError::UnterminatedString => {
-            Diagnostic::error(Phase::Lex, "unterminated string literal").label(
-                Span {
-                    end: span.start + 1,
-                    ..span
-                },
-                "this string is never closed",
-            )
-        }
-        LexError::BadEscape(c) => {
-            Diagnostic::error(Phase::Lex, format!("unknown escape `\\{c}` in string"))
-                .label(span, "in this string")
-                .help("known escapes: \\n \\t \\r \\0 \\\\ \\\"")
-        }
+        LexError::UnterminatedComment => Diagnostic::error(Phase::Lex, "unterminated block comment")
+            .label(Span { end: span.start + 2, ..span }, "this comment is never closed")
+            .help("block comments nest: every `/*` needs its own `*/`"),
+        LexError::UnterminatedString => Diagnostic::error(Phase::Lex, "unterminated string literal")
+            .label(Span { end: span.start + 1, ..span }, "this string is never closed"),
+        LexError::BadEscape(c) => Diagnostic::error(Phase::Lex, format!("unknown escape `\\{c}` in string"))
+            .label(span, "in this string")
+            .help("known escapes: \\n \\t \\r \\0 \\\\ \\\""),
     }
 }

@@ -21,9 +21,7 @@ pub fn is_incomplete(d: &Diagnostic) -> bool {
 pub fn parse_program(src: &str, file: u32) -> Result<Vec<Item>, Diagnostic> {
     let tokens = lexer::lex(src, file)?;
     let eof = src.len();
-    grammar::ProgramParser::new()
-        .parse(file, tokens)
-        .map_err(|e| parse_error(e, file, eof))
+    grammar::ProgramParser::new().parse(file, tokens).map_err(|e| parse_error(e, file, eof))
 }
 
 fn describe(t: &Tok) -> String {
@@ -118,23 +116,23 @@ fn expected_list(expected: &[String]) -> String {
 
 fn parse_error(e: ParseError<usize, Tok, LexError>, file: u32, eof: usize) -> Diagnostic {
     match e {
-        ParseError::InvalidToken { location } => Diagnostic::error(Phase::Parse, "invalid token")
-            .label(Span::new(file, location, location + 1), "here"),
+        ParseError::InvalidToken { location } => {
+            Diagnostic::error(Phase::Parse, "invalid token").label(Span::new(file, location, location + 1), "here")
+        }
         ParseError::UnrecognizedEof { location, expected } => {
             let at = location.min(eof);
             Diagnostic::error(Phase::Parse, "unexpected end of input")
                 .label(Span::new(file, at, at), "the program stops here")
                 .note(format!("expected one of: {}", expected_list(&expected)))
         }
-        ParseError::UnrecognizedToken {
-            token: (l, t, r),
-            expected,
-        } => {
+        ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
             let mut d = Diagnostic::error(Phase::Parse, format!("unexpected {}", describe(&t)))
                 .label(Span::new(file, l, r.max(l + 1)), "not expected here")
                 .note(format!("expected one of: {}", expected_list(&expected)));
             if t == Tok::ItemSep {
-                d = d.help("lines that continue an item must be indented; a line starting in column 1 begins a new item");
+                d = d.help(
+                    "lines that continue an item must be indented; a line starting in column 1 begins a new item",
+                );
             } else if t == Tok::Eq && expected.iter().any(|e| e == "\"==\"") {
                 d = d.help("equality is `==`; `=` only appears in `let` bindings and records");
             }
@@ -150,19 +148,12 @@ fn parse_error(e: ParseError<usize, Tok, LexError>, file: u32, eof: usize) -> Di
 
 /// Parses a type from tokens (used for the builtin table's type strings).
 pub fn parse_type(tokens: Vec<lexer::Spanned>) -> Result<crate::syntax::ast::TypeExpr, Diagnostic> {
-    grammar::TypeParser::new()
-        .parse(u32::MAX, tokens)
-        .map_err(|e| parse_error(e, u32::MAX, 0))
+    grammar::TypeParser::new().parse(u32::MAX, tokens).map_err(|e| parse_error(e, u32::MAX, 0))
 }
 
 /// Parses a single expression (the REPL's `:type`).
-pub fn parse_expr(
-    tokens: Vec<lexer::Spanned>,
-    file: u32,
-) -> Result<crate::syntax::ast::Expr, Diagnostic> {
+pub fn parse_expr(tokens: Vec<lexer::Spanned>, file: u32) -> Result<crate::syntax::ast::Expr, Diagnostic> {
     let eof = tokens.last().map_or(0, |t| t.2);
     let tokens: Vec<_> = tokens.into_iter().filter(|t| t.1 != Tok::ItemSep).collect();
-    grammar::TopExprParser::new()
-        .parse(file, tokens)
-        .map_err(|e| parse_error(e, file, eof))
+    grammar::TopExprParser::new().parse(file, tokens).map_err(|e| parse_error(e, file, eof))
 }

@@ -43,11 +43,7 @@ struct TypeInfo {
 #[derive(Clone, Debug)]
 enum Loc {
     Global(u32),
-    Local {
-        depth: usize,
-        slot: u32,
-        boxed: bool,
-    },
+    Local { depth: usize, slot: u32, boxed: bool },
     Builtin(u32),
     Module(usize),
 }
@@ -126,30 +122,19 @@ fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
         vars.insert(v, sub.fresh_with(1, cls));
     }
     let ty = convert_simple(sub, &te, &mut vars);
-    let qs = vars
-        .values()
-        .map(|t| if let Ty::Var(v) = t { *v } else { 0 })
-        .collect();
+    let qs = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
     Scheme { vars: qs, ty }
 }
 
 /// Converts builtin type expressions (only builtin type names, no aliases).
 fn convert_simple(sub: &mut Subst, te: &TypeExpr, vars: &mut HashMap<String, Ty>) -> Ty {
     match &te.kind {
-        TypeExprKind::Var(v) => vars
-            .entry(v.clone())
-            .or_insert_with(|| sub.fresh(1))
-            .clone(),
-        TypeExprKind::Con(n, args) => Ty::Con(
-            n.as_str().into(),
-            args.iter().map(|a| convert_simple(sub, a, vars)).collect(),
-        ),
-        TypeExprKind::Fun(a, b) => {
-            Ty::fun(convert_simple(sub, a, vars), convert_simple(sub, b, vars))
+        TypeExprKind::Var(v) => vars.entry(v.clone()).or_insert_with(|| sub.fresh(1)).clone(),
+        TypeExprKind::Con(n, args) => {
+            Ty::Con(n.as_str().into(), args.iter().map(|a| convert_simple(sub, a, vars)).collect())
         }
-        TypeExprKind::Tuple(ts) => {
-            Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars)).collect())
-        }
+        TypeExprKind::Fun(a, b) => Ty::fun(convert_simple(sub, a, vars), convert_simple(sub, b, vars)),
+        TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars)).collect()),
         TypeExprKind::Record(_) => Ty::unit(),
     }
 }
@@ -194,23 +179,10 @@ impl Checker {
             tyvars: HashMap::new(),
             depth: 0,
         };
-        for (n, a) in [
-            ("Int", 0),
-            ("Float", 0),
-            ("Bool", 0),
-            ("String", 0),
-            ("Unit", 0),
-            ("Tensor", 0),
-            ("List", 1),
-            ("Ref", 1),
-        ] {
-            c.types.insert(
-                n.into(),
-                TypeInfo {
-                    arity: a,
-                    body: TypeBodyInfo::Builtin,
-                },
-            );
+        for (n, a) in
+            [("Int", 0), ("Float", 0), ("Bool", 0), ("String", 0), ("Unit", 0), ("Tensor", 0), ("List", 1), ("Ref", 1)]
+        {
+            c.types.insert(n.into(), TypeInfo { arity: a, body: TypeBodyInfo::Builtin });
         }
         for (i, (name, _, ty)) in TABLE.iter().enumerate() {
             let scheme = builtin_scheme(&mut c.subst, ty);
@@ -256,16 +228,7 @@ impl Checker {
         let depth = self.fun_depth();
         self.push_binding(
             name.into(),
-            Binding {
-                scheme: Scheme::mono(ty),
-                loc: Loc::Local {
-                    depth,
-                    slot,
-                    boxed: false,
-                },
-                self_depth: None,
-                span,
-            },
+            Binding { scheme: Scheme::mono(ty), loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
         );
         slot
     }
@@ -318,21 +281,14 @@ impl Checker {
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|x| self.copy_ty(x, map)).collect()),
             Ty::Record(r) => Ty::Record(Box::new(self.copy_ty(&r, map))),
             Ty::RowEmpty => Ty::RowEmpty,
-            Ty::RowExt(l, a, r) => Ty::RowExt(
-                l,
-                Box::new(self.copy_ty(&a, map)),
-                Box::new(self.copy_ty(&r, map)),
-            ),
+            Ty::RowExt(l, a, r) => Ty::RowExt(l, Box::new(self.copy_ty(&a, map)), Box::new(self.copy_ty(&r, map))),
         }
     }
     fn generalize(&self, t: &Ty) -> Scheme {
         let mut vars = Vec::new();
         self.free_vars(t, &mut vars);
         vars.retain(|v| self.subst.level_of(*v) > self.level);
-        Scheme {
-            vars,
-            ty: self.subst.resolve(t),
-        }
+        Scheme { vars, ty: self.subst.resolve(t) }
     }
     fn free_vars(&self, t: &Ty, out: &mut Vec<u32>) {
         match self.subst.prune(t) {
@@ -362,13 +318,7 @@ impl Checker {
     }
 
     /// Unifies `found` (the type of the thing at `span`) with `expected`.
-    fn unify_at(
-        &mut self,
-        expected: &Ty,
-        found: &Ty,
-        span: Span,
-        other: Option<(Span, &str)>,
-    ) -> R<()> {
+    fn unify_at(&mut self, expected: &Ty, found: &Ty, span: Span, other: Option<(Span, &str)>) -> R<()> {
         match self.subst.unify(expected, found) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.unify_error(e, expected, found, span, other)),
@@ -388,11 +338,8 @@ impl Checker {
         let mut d = match e {
             UnifyError::Class(c, t) => {
                 let shown = p.show(&self.subst, &t);
-                let mut d = Diagnostic::error(
-                    Phase::Type,
-                    format!("type `{shown}` is not {}", class::describe(c)),
-                )
-                .label(span, format!("this has type `{fnd}`"));
+                let mut d = Diagnostic::error(Phase::Type, format!("type `{shown}` is not {}", class::describe(c)))
+                    .label(span, format!("this has type `{fnd}`"));
                 if c == class::NUM || c == class::REAL {
                     if shown == "Int" && fnd.contains("Int") {
                         d = d.help("Int and Float never mix: convert with `float n` (or `int x`)");
@@ -402,24 +349,17 @@ impl Checker {
                 }
                 return d;
             }
-            UnifyError::Occurs(_, _) => Diagnostic::error(
-                Phase::Type,
-                "infinite type: a value would have to contain itself",
-            )
-            .label(
-                span,
-                format!("this has type `{fnd}`, which would have to equal `{exp}`"),
-            ),
-            UnifyError::MissingField(l) => {
-                Diagnostic::error(Phase::Type, format!("record has no field `{l}`"))
-                    .label(span, format!("this has type `{fnd}`"))
-                    .note(format!("expected a record of type `{exp}`"))
+            UnifyError::Occurs(_, _) => {
+                Diagnostic::error(Phase::Type, "infinite type: a value would have to contain itself")
+                    .label(span, format!("this has type `{fnd}`, which would have to equal `{exp}`"))
             }
-            UnifyError::Mismatch(..) => Diagnostic::error(
-                Phase::Type,
-                format!("type mismatch: expected `{exp}`, found `{fnd}`"),
-            )
-            .label(span, format!("this has type `{fnd}`")),
+            UnifyError::MissingField(l) => Diagnostic::error(Phase::Type, format!("record has no field `{l}`"))
+                .label(span, format!("this has type `{fnd}`"))
+                .note(format!("expected a record of type `{exp}`")),
+            UnifyError::Mismatch(..) => {
+                Diagnostic::error(Phase::Type, format!("type mismatch: expected `{exp}`, found `{fnd}`"))
+                    .label(span, format!("this has type `{fnd}`"))
+            }
         };
         if let Some((s2, text)) = other {
             d = d.label(s2, format!("{text} `{exp}`"));
@@ -443,26 +383,17 @@ impl Checker {
             }
             TypeExprKind::Con(n, args) => {
                 let Some(info) = self.types.get(n.as_str()).cloned() else {
-                    return Err(
-                        Diagnostic::error(Phase::Type, format!("unknown type `{n}`"))
-                            .label(te.span, "not a declared type"),
-                    );
+                    return Err(Diagnostic::error(Phase::Type, format!("unknown type `{n}`"))
+                        .label(te.span, "not a declared type"));
                 };
                 if info.arity != args.len() {
                     return Err(Diagnostic::error(
                         Phase::Type,
-                        format!(
-                            "type `{n}` takes {} argument(s), given {}",
-                            info.arity,
-                            args.len()
-                        ),
+                        format!("type `{n}` takes {} argument(s), given {}", info.arity, args.len()),
                     )
                     .label(te.span, "wrong number of type arguments"));
                 }
-                let args = args
-                    .iter()
-                    .map(|a| self.convert_type(a))
-                    .collect::<R<Vec<_>>>()?;
+                let args = args.iter().map(|a| self.convert_type(a)).collect::<R<Vec<_>>>()?;
                 match info.body {
                     TypeBodyInfo::Alias(params, body) => {
                         let map = params.into_iter().zip(args).collect();
@@ -472,26 +403,17 @@ impl Checker {
                 }
             }
             TypeExprKind::Fun(a, b) => Ty::fun(self.convert_type(a)?, self.convert_type(b)?),
-            TypeExprKind::Tuple(ts) => {
-                Ty::Tuple(ts.iter().map(|a| self.convert_type(a)).collect::<R<_>>()?)
-            }
+            TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| self.convert_type(a)).collect::<R<_>>()?),
             TypeExprKind::Record(fs) => {
                 let mut row = Ty::RowEmpty;
                 let mut seen: Vec<&str> = Vec::new();
                 for f in fs.iter().rev() {
                     if seen.contains(&f.name.as_str()) {
-                        return Err(Diagnostic::error(
-                            Phase::Type,
-                            format!("field `{}` appears twice", f.name),
-                        )
-                        .label(f.span, "duplicate field"));
+                        return Err(Diagnostic::error(Phase::Type, format!("field `{}` appears twice", f.name))
+                            .label(f.span, "duplicate field"));
                     }
                     seen.push(&f.name);
-                    row = Ty::RowExt(
-                        f.name.as_str().into(),
-                        Box::new(self.convert_type(&f.value)?),
-                        Box::new(row),
-                    );
+                    row = Ty::RowExt(f.name.as_str().into(), Box::new(self.convert_type(&f.value)?), Box::new(row));
                 }
                 Ty::Record(Box::new(row))
             }
@@ -501,11 +423,7 @@ impl Checker {
     // ------------------------------------------------------------ items
 
     pub fn declare_type(&mut self, d: &TypeDecl) -> R<()> {
-        if self
-            .types
-            .get(d.name.as_str())
-            .is_some_and(|t| matches!(t.body, TypeBodyInfo::Builtin))
-        {
+        if self.types.get(d.name.as_str()).is_some_and(|t| matches!(t.body, TypeBodyInfo::Builtin)) {
             return Err(Diagnostic::error(
                 Phase::Type,
                 format!("`{}` is a built-in type and cannot be redefined", d.name),
@@ -513,13 +431,7 @@ impl Checker {
             .label(d.span, "here"));
         }
         // Register first so recursive types refer to themselves.
-        self.types.insert(
-            d.name.as_str().into(),
-            TypeInfo {
-                arity: d.params.len(),
-                body: TypeBodyInfo::Variants,
-            },
-        );
+        self.types.insert(d.name.as_str().into(), TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants });
         self.tyvars.clear();
         let params: Vec<Ty> = d
             .params
@@ -530,33 +442,23 @@ impl Checker {
                 t
             })
             .collect();
-        let pvars: Vec<u32> = params
-            .iter()
-            .map(|t| if let Ty::Var(v) = t { *v } else { 0 })
-            .collect();
+        let pvars: Vec<u32> = params.iter().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
         match &d.body {
             TypeBody::Alias(te) => {
                 let ty = self.convert_type(te)?;
                 self.types.insert(
                     d.name.as_str().into(),
-                    TypeInfo {
-                        arity: d.params.len(),
-                        body: TypeBodyInfo::Alias(pvars, ty),
-                    },
+                    TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Alias(pvars, ty) },
                 );
             }
             TypeBody::Variants(vs) => {
                 let result = Ty::Con(d.name.as_str().into(), params.clone());
-                let siblings: Rc<[Rc<str>]> =
-                    vs.iter().map(|v| Rc::from(v.name.as_str())).collect();
+                let siblings: Rc<[Rc<str>]> = vs.iter().map(|v| Rc::from(v.name.as_str())).collect();
                 let mut infos = Vec::new();
                 for (tag, v) in vs.iter().enumerate() {
                     if vs[..tag].iter().any(|w| w.name == v.name) {
-                        return Err(Diagnostic::error(
-                            Phase::Type,
-                            format!("constructor `{}` declared twice", v.name),
-                        )
-                        .label(v.span, "duplicate"));
+                        return Err(Diagnostic::error(Phase::Type, format!("constructor `{}` declared twice", v.name))
+                            .label(v.span, "duplicate"));
                     }
                     let mut ty = result.clone();
                     for a in v.args.iter().rev() {
@@ -567,18 +469,21 @@ impl Checker {
                     self.free_vars(&ty, &mut extra);
                     if let Some(bad) = extra.iter().find(|x| !pvars.contains(x)) {
                         let _ = bad;
-                        return Err(Diagnostic::error(Phase::Type, format!("constructor `{}` uses a type variable that is not a parameter of `{}`", v.name, d.name))
-                            .label(v.span, "declare it after the type name, e.g. `type Box a = Box a`"));
+                        return Err(Diagnostic::error(
+                            Phase::Type,
+                            format!(
+                                "constructor `{}` uses a type variable that is not a parameter of `{}`",
+                                v.name, d.name
+                            ),
+                        )
+                        .label(v.span, "declare it after the type name, e.g. `type Box a = Box a`"));
                     }
                     infos.push(ConInfo {
                         name: v.name.as_str().into(),
                         type_name: d.name.as_str().into(),
                         tag: tag as u32,
                         arity: v.args.len() as u32,
-                        scheme: Scheme {
-                            vars: pvars.clone(),
-                            ty,
-                        },
+                        scheme: Scheme { vars: pvars.clone(), ty },
                         siblings: siblings.clone(),
                     });
                 }
@@ -640,62 +545,31 @@ impl Checker {
                             let at = self.convert_type(te)?;
                             self.unify_at(&at, &t, e.span, Some((te.span, "annotated as")))?;
                         }
-                        let scheme = if is_value {
-                            self.generalize(&t)
-                        } else {
-                            Scheme::mono(t)
-                        };
+                        let scheme = if is_value { self.generalize(&t) } else { Scheme::mono(t) };
                         let g = self.new_global(name);
                         defined.push((Rc::from(name), self.show_scheme(&scheme)));
                         self.push_binding(
                             name.into(),
-                            Binding {
-                                scheme,
-                                loc: Loc::Global(g),
-                                self_depth: None,
-                                span: p.span,
-                            },
+                            Binding { scheme, loc: Loc::Global(g), self_depth: None, span: p.span },
                         );
                         Core::SetGlobal(g, Box::new(c))
                     }
                     None => {
                         let mut binds = Vec::new();
                         let pat = self.infer_pat(p, &t, &mut binds)?;
-                        self.warn_exhaustive(
-                            std::slice::from_ref(p),
-                            &t,
-                            p.span,
-                            "this `let` pattern",
-                        );
+                        self.warn_exhaustive(std::slice::from_ref(p), &t, p.span, "this `let` pattern");
                         let mut sets = Vec::new();
                         for (name, ty, slot, span) in binds {
-                            let scheme = if is_value {
-                                self.generalize(&ty)
-                            } else {
-                                Scheme::mono(ty)
-                            };
+                            let scheme = if is_value { self.generalize(&ty) } else { Scheme::mono(ty) };
                             let g = self.new_global(&name);
                             defined.push((name.clone(), self.show_scheme(&scheme)));
-                            self.push_binding(
-                                name,
-                                Binding {
-                                    scheme,
-                                    loc: Loc::Global(g),
-                                    self_depth: None,
-                                    span,
-                                },
-                            );
-                            sets.push(Core::SetGlobal(
-                                g,
-                                Box::new(Core::Var(VarRef::Local(slot), span)),
-                            ));
+                            self.push_binding(name, Binding { scheme, loc: Loc::Global(g), self_depth: None, span });
+                            sets.push(Core::SetGlobal(g, Box::new(Core::Var(VarRef::Local(slot), span))));
                         }
                         let body = sets
                             .into_iter()
                             .rev()
-                            .fold(Core::Const(Const::Unit), |acc, s| {
-                                Core::Seq(Box::new(s), Box::new(acc))
-                            });
+                            .fold(Core::Const(Const::Unit), |acc, s| Core::Seq(Box::new(s), Box::new(acc)));
                         Core::LetPat(pat, Box::new(c), Box::new(body), p.span)
                     }
                 }
@@ -729,23 +603,14 @@ impl Checker {
                 self.level -= 1;
                 self.pop_to(m);
                 let mut code = Core::Const(Const::Unit);
-                for ((d, t), (g, lam)) in defs.iter().zip(&tys).zip(globals.iter().zip(lams)).rev()
-                {
+                for ((d, t), (g, lam)) in defs.iter().zip(&tys).zip(globals.iter().zip(lams)).rev() {
                     let scheme = self.generalize(t);
                     defined.push((Rc::from(d.name.as_str()), self.show_scheme(&scheme)));
                     self.push_binding(
                         d.name.as_str().into(),
-                        Binding {
-                            scheme,
-                            loc: Loc::Global(*g),
-                            self_depth: None,
-                            span: d.name_span,
-                        },
+                        Binding { scheme, loc: Loc::Global(*g), self_depth: None, span: d.name_span },
                     );
-                    code = Core::Seq(
-                        Box::new(Core::SetGlobal(*g, Box::new(Core::Lam(lam)))),
-                        Box::new(code),
-                    );
+                    code = Core::Seq(Box::new(Core::SetGlobal(*g, Box::new(Core::Lam(lam)))), Box::new(code));
                 }
                 defined.reverse();
                 code
@@ -754,13 +619,7 @@ impl Checker {
         // Top-level bindings stay in scope for the rest of the program.
         self.undo.clear();
         let nlocals = self.funs[0].max_slots;
-        Ok(CheckedItem {
-            code,
-            nlocals,
-            span: item.span,
-            defined,
-            expr_type,
-        })
+        Ok(CheckedItem { code, nlocals, span: item.span, defined, expr_type })
     }
 
     fn show_scheme(&self, s: &Scheme) -> String {
@@ -781,19 +640,13 @@ impl Checker {
                 exports.insert(n.clone(), b.clone());
             }
         }
-        self.modules.push(Module {
-            name: name.into(),
-            exports,
-        });
+        self.modules.push(Module { name: name.into(), exports });
         self.modules.len() - 1
     }
 
     /// Scope snapshot support for checking a module in isolation: hides the current
     /// top-level names and restores them afterwards.
-    pub fn enter_module(
-        &mut self,
-        base: &HashMap<Rc<str>, Vec<Binding>>,
-    ) -> HashMap<Rc<str>, Vec<Binding>> {
+    pub fn enter_module(&mut self, base: &HashMap<Rc<str>, Vec<Binding>>) -> HashMap<Rc<str>, Vec<Binding>> {
         std::mem::replace(&mut self.scope, base.clone())
     }
     pub fn leave_module(&mut self, saved: HashMap<Rc<str>, Vec<Binding>>) {
@@ -805,21 +658,15 @@ impl Checker {
 
     /// Names and rendered types of every value in scope (for the REPL's completion and the LSP).
     pub fn names_in_scope(&self) -> Vec<(Rc<str>, String)> {
-        let mut v: Vec<_> = self
-            .scope
-            .iter()
-            .filter_map(|(n, bs)| bs.last().map(|b| (n.clone(), self.show(&b.scheme.ty))))
-            .collect();
+        let mut v: Vec<_> =
+            self.scope.iter().filter_map(|(n, bs)| bs.last().map(|b| (n.clone(), self.show(&b.scheme.ty)))).collect();
         v.sort();
         v
     }
 
     /// The type of a name in scope, rendered.
     pub fn type_of_name(&self, name: &str) -> Option<String> {
-        self.scope
-            .get(name)
-            .and_then(|v| v.last())
-            .map(|b| self.show(&b.scheme.ty))
+        self.scope.get(name).and_then(|v| v.last()).map(|b| self.show(&b.scheme.ty))
     }
 
     /// Infers the type of a standalone expression (REPL `:type`), without running it.
@@ -839,11 +686,9 @@ impl Checker {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             self.depth = 0;
-            return Err(
-                Diagnostic::error(Phase::Type, "expression nested too deeply")
-                    .label(e.span, "here")
-                    .note(format!("the limit is {MAX_DEPTH} levels")),
-            );
+            return Err(Diagnostic::error(Phase::Type, "expression nested too deeply")
+                .label(e.span, "here")
+                .note(format!("the limit is {MAX_DEPTH} levels")));
         }
         let r = self.infer_inner(e);
         self.depth = self.depth.saturating_sub(1);
@@ -879,22 +724,14 @@ impl Checker {
                         let at = self.convert_type(te)?;
                         self.unify_at(&at, &t1, e1.span, Some((te.span, "annotated as")))?;
                     }
-                    let scheme = if is_value {
-                        self.generalize(&t1)
-                    } else {
-                        Scheme::mono(t1)
-                    };
+                    let scheme = if is_value { self.generalize(&t1) } else { Scheme::mono(t1) };
                     let slot = self.new_slot();
                     let depth = self.fun_depth();
                     self.push_binding(
                         name.into(),
                         Binding {
                             scheme,
-                            loc: Loc::Local {
-                                depth,
-                                slot,
-                                boxed: false,
-                            },
+                            loc: Loc::Local { depth, slot, boxed: false },
                             self_depth: None,
                             span: p.span,
                         },
@@ -905,31 +742,13 @@ impl Checker {
                 } else {
                     let mut binds = Vec::new();
                     let pat = self.infer_pat(p, &t1, &mut binds)?;
-                    self.warn_exhaustive(
-                        std::slice::from_ref(&**p),
-                        &t1,
-                        p.span,
-                        "this `let` pattern",
-                    );
+                    self.warn_exhaustive(std::slice::from_ref(&**p), &t1, p.span, "this `let` pattern");
                     for (name, ty, slot, span) in binds {
                         let depth = self.fun_depth();
-                        let scheme = if is_value {
-                            self.generalize(&ty)
-                        } else {
-                            Scheme::mono(ty)
-                        };
+                        let scheme = if is_value { self.generalize(&ty) } else { Scheme::mono(ty) };
                         self.push_binding(
                             name,
-                            Binding {
-                                scheme,
-                                loc: Loc::Local {
-                                    depth,
-                                    slot,
-                                    boxed: false,
-                                },
-                                self_depth: None,
-                                span,
-                            },
+                            Binding { scheme, loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
                         );
                     }
                     let (c2, t2) = self.infer(e2)?;
@@ -947,26 +766,13 @@ impl Checker {
                 match b {
                     Some(b) => {
                         let (cb, tb) = self.infer(b)?;
-                        self.unify_at(
-                            &ta,
-                            &tb,
-                            b.span,
-                            Some((a.span, "the `then` branch has type")),
-                        )?;
+                        self.unify_at(&ta, &tb, b.span, Some((a.span, "the `then` branch has type")))?;
                         (Core::If(Box::new(cc), Box::new(ca), Box::new(cb)), ta)
                     }
                     None => {
-                        self.unify_at(&Ty::unit(), &ta, a.span, None).map_err(|d| {
-                            d.help("an `if` without `else` must have a Unit `then` branch")
-                        })?;
-                        (
-                            Core::If(
-                                Box::new(cc),
-                                Box::new(ca),
-                                Box::new(Core::Const(Const::Unit)),
-                            ),
-                            Ty::unit(),
-                        )
+                        self.unify_at(&Ty::unit(), &ta, a.span, None)
+                            .map_err(|d| d.help("an `if` without `else` must have a Unit `then` branch"))?;
+                        (Core::If(Box::new(cc), Box::new(ca), Box::new(Core::Const(Const::Unit))), Ty::unit())
                     }
                 }
             }
@@ -986,11 +792,7 @@ impl Checker {
                             name,
                             Binding {
                                 scheme: Scheme::mono(ty),
-                                loc: Loc::Local {
-                                    depth,
-                                    slot: s,
-                                    boxed: false,
-                                },
+                                loc: Loc::Local { depth, slot: s, boxed: false },
                                 self_depth: None,
                                 span,
                             },
@@ -1002,12 +804,7 @@ impl Checker {
                             self.unify_at(&result, &tb, body.span, None)?;
                             first_span = Some(body.span);
                         }
-                        Some(fs) => self.unify_at(
-                            &result,
-                            &tb,
-                            body.span,
-                            Some((fs, "the first arm has type")),
-                        )?,
+                        Some(fs) => self.unify_at(&result, &tb, body.span, Some((fs, "the first arm has type")))?,
                     }
                     self.pop_to(m);
                     carms.push((pat, cb));
@@ -1046,13 +843,8 @@ impl Checker {
                     }
                     UnOp::Deref => {
                         let inner = self.fresh();
-                        self.unify_at(
-                            &Ty::Con("Ref".into(), vec![inner.clone()]),
-                            &ta,
-                            a.span,
-                            None,
-                        )
-                        .map_err(|d| d.help("`!r` reads a reference cell made with `ref`"))?;
+                        self.unify_at(&Ty::Con("Ref".into(), vec![inner.clone()]), &ta, a.span, None)
+                            .map_err(|d| d.help("`!r` reads a reference cell made with `ref`"))?;
                         (Core::Prim(Prim::Deref, vec![ca], ta, sp), inner)
                     }
                 }
@@ -1073,12 +865,7 @@ impl Checker {
                 let mut first: Option<Span> = None;
                 for x in es {
                     let (c, t) = self.infer(x)?;
-                    self.unify_at(
-                        &elem,
-                        &t,
-                        x.span,
-                        first.map(|s| (s, "the first element has type")),
-                    )?;
+                    self.unify_at(&elem, &t, x.span, first.map(|s| (s, "the first element has type")))?;
                     first.get_or_insert(x.span);
                     cs.push(c);
                 }
@@ -1089,12 +876,9 @@ impl Checker {
                 sorted.sort_by(|a, b| a.name.cmp(&b.name));
                 for w in sorted.windows(2) {
                     if w[0].name == w[1].name {
-                        return Err(Diagnostic::error(
-                            Phase::Type,
-                            format!("field `{}` appears twice", w[1].name),
-                        )
-                        .label(w[1].span, "duplicate field")
-                        .label(w[0].span, "first here"));
+                        return Err(Diagnostic::error(Phase::Type, format!("field `{}` appears twice", w[1].name))
+                            .label(w[1].span, "duplicate field")
+                            .label(w[0].span, "first here"));
                     }
                 }
                 let mut row = Ty::RowEmpty;
@@ -1108,8 +892,7 @@ impl Checker {
                 for (f, t) in sorted.iter().zip(tys).rev() {
                     row = Ty::RowExt(f.name.as_str().into(), Box::new(t), Box::new(row));
                 }
-                let names: Rc<[Rc<str>]> =
-                    sorted.iter().map(|f| Rc::from(f.name.as_str())).collect();
+                let names: Rc<[Rc<str>]> = sorted.iter().map(|f| Rc::from(f.name.as_str())).collect();
                 (Core::Record(names, cs), Ty::Record(Box::new(row)))
             }
             ExprKind::Update(base, fields) => {
@@ -1118,11 +901,8 @@ impl Checker {
                 for f in fields {
                     let (c, t) = self.infer(&f.value)?;
                     let rest = self.fresh();
-                    let want = Ty::Record(Box::new(Ty::RowExt(
-                        f.name.as_str().into(),
-                        Box::new(t.clone()),
-                        Box::new(rest),
-                    )));
+                    let want =
+                        Ty::Record(Box::new(Ty::RowExt(f.name.as_str().into(), Box::new(t.clone()), Box::new(rest))));
                     self.unify_at(&want, &tb, base.span, None)
                         .map_err(|d| d.label(f.span, format!("updating field `{}`", f.name)))?;
                     cs.push((Rc::from(f.name.as_str()), c));
@@ -1131,29 +911,20 @@ impl Checker {
             }
             ExprKind::Dot(base, field, fspan) => {
                 if let ExprKind::Var(m) = &base.kind {
-                    if let Some(Loc::Module(mi)) = self
-                        .scope
-                        .get(m.as_str())
-                        .and_then(|v| v.last())
-                        .map(|b| b.loc.clone())
+                    if let Some(Loc::Module(mi)) =
+                        self.scope.get(m.as_str()).and_then(|v| v.last()).map(|b| b.loc.clone())
                     {
                         let Some(b) = self.modules[mi].exports.get(field.as_str()).cloned() else {
-                            return Err(Diagnostic::error(
-                                Phase::Type,
-                                format!("module `{m}` has no value `{field}`"),
-                            )
-                            .label(*fspan, "not defined in that module"));
+                            return Err(Diagnostic::error(Phase::Type, format!("module `{m}` has no value `{field}`"))
+                                .label(*fspan, "not defined in that module"));
                         };
                         let t = self.instantiate(&b.scheme);
                         let core = match b.loc {
                             Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
                             Loc::Builtin(i) => Core::Builtin(i, sp),
                             _ => {
-                                return Err(Diagnostic::error(
-                                    Phase::Type,
-                                    "modules can only export top-level values",
-                                )
-                                .label(sp, "here"))
+                                return Err(Diagnostic::error(Phase::Type, "modules can only export top-level values")
+                                    .label(sp, "here"))
                             }
                         };
                         return Ok((core, t));
@@ -1162,11 +933,8 @@ impl Checker {
                 let (cb, tb) = self.infer(base)?;
                 let ft = self.fresh();
                 let rest = self.fresh();
-                let want = Ty::Record(Box::new(Ty::RowExt(
-                    field.as_str().into(),
-                    Box::new(ft.clone()),
-                    Box::new(rest),
-                )));
+                let want =
+                    Ty::Record(Box::new(Ty::RowExt(field.as_str().into(), Box::new(ft.clone()), Box::new(rest))));
                 self.unify_at(&want, &tb, base.span, None)
                     .map_err(|d| d.label(*fspan, format!("field `{field}` is read here")))?;
                 (Core::Field(Box::new(cb), field.as_str().into(), *fspan), ft)
@@ -1181,15 +949,12 @@ impl Checker {
     }
 
     fn require(&mut self, c: u8, t: &Ty, span: Span) -> R<()> {
-        self.subst
-            .require_class(c, t)
-            .map_err(|e| self.unify_error(e, t, t, span, None))
+        self.subst.require_class(c, t).map_err(|e| self.unify_error(e, t, t, span, None))
     }
 
     fn infer_var(&mut self, x: &str, sp: Span) -> R<(Core, Ty)> {
         let Some(b) = self.scope.get(x).and_then(|v| v.last()).cloned() else {
-            let mut d = Diagnostic::error(Phase::Type, format!("unbound variable `{x}`"))
-                .label(sp, "not defined here");
+            let mut d = Diagnostic::error(Phase::Type, format!("unbound variable `{x}`")).label(sp, "not defined here");
             if let Some(s) = self.suggest(x) {
                 d = d.help(format!("did you mean `{s}`?"));
             }
@@ -1200,11 +965,8 @@ impl Checker {
             Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
             Loc::Builtin(i) => Core::Builtin(i, sp),
             Loc::Module(_) => {
-                return Err(Diagnostic::error(
-                    Phase::Type,
-                    format!("`{x}` is a module, not a value"),
-                )
-                .label(sp, "use a member, e.g. `module.name`"));
+                return Err(Diagnostic::error(Phase::Type, format!("`{x}` is a module, not a value"))
+                    .label(sp, "use a member, e.g. `module.name`"));
             }
             Loc::Local { depth, slot, boxed } => {
                 let r = match b.self_depth {
@@ -1229,8 +991,7 @@ impl Checker {
                 continue;
             }
             let d = edit_distance(x, n);
-            if d <= 2 && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn))
-            {
+            if d <= 2 && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn)) {
                 best = Some((d, n));
             }
         }
@@ -1239,47 +1000,31 @@ impl Checker {
 
     fn infer_con_app(&mut self, c: &str, cspan: Span, args: &[&Expr], sp: Span) -> R<(Core, Ty)> {
         let Some(info) = self.cons.get(c).cloned() else {
-            return Err(
-                Diagnostic::error(Phase::Type, format!("unknown constructor `{c}`"))
-                    .label(cspan, "not declared by any `type`"),
-            );
+            return Err(Diagnostic::error(Phase::Type, format!("unknown constructor `{c}`"))
+                .label(cspan, "not declared by any `type`"));
         };
         let mut ft = self.instantiate(&info.scheme);
         let n = args.len().min(info.arity as usize);
         let mut cargs = Vec::new();
         for a in &args[..n] {
             let (ca, ta) = self.infer(a)?;
-            let Ty::Fun(p, r) = self.subst.prune(&ft) else {
-                unreachable!("constructor type has arity arrows")
-            };
+            let Ty::Fun(p, r) = self.subst.prune(&ft) else { unreachable!("constructor type has arity arrows") };
             self.unify_at(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))))?;
             cargs.push(ca);
             ft = *r;
         }
         let core = if n == info.arity as usize {
-            Core::Con {
-                tag: info.tag,
-                name: info.name.clone(),
-                arity: info.arity,
-                args: cargs,
-            }
+            Core::Con { tag: info.tag, name: info.name.clone(), arity: info.arity, args: cargs }
         } else {
             // A partially applied constructor is a function of the remaining arguments.
             let missing = info.arity - n as u32;
-            let body_args: Vec<Core> = (0..missing)
-                .map(|i| Core::Var(VarRef::Local(i), sp))
-                .collect();
+            let body_args: Vec<Core> = (0..missing).map(|i| Core::Var(VarRef::Local(i), sp)).collect();
             let lam = Rc::new(Lambda {
                 name: info.name.clone(),
                 arity: missing,
                 nlocals: missing,
                 captures: Vec::new(),
-                body: Core::Con {
-                    tag: info.tag,
-                    name: info.name.clone(),
-                    arity: info.arity,
-                    args: body_args,
-                },
+                body: Core::Con { tag: info.tag, name: info.name.clone(), arity: info.arity, args: body_args },
                 span: sp,
             });
             if cargs.is_empty() {
@@ -1295,9 +1040,7 @@ impl Checker {
                         tag: info.tag,
                         name: info.name.clone(),
                         arity: info.arity,
-                        args: (0..info.arity)
-                            .map(|i| Core::Var(VarRef::Local(i), sp))
-                            .collect(),
+                        args: (0..info.arity).map(|i| Core::Var(VarRef::Local(i), sp)).collect(),
                     },
                     span: sp,
                 });
@@ -1308,11 +1051,7 @@ impl Checker {
         if args.len() > info.arity as usize {
             return Err(Diagnostic::error(
                 Phase::Type,
-                format!(
-                    "constructor `{c}` takes {} argument(s), given {}",
-                    info.arity,
-                    args.len()
-                ),
+                format!("constructor `{c}` takes {} argument(s), given {}", info.arity, args.len()),
             )
             .label(sp, "too many arguments"));
         }
@@ -1325,26 +1064,20 @@ impl Checker {
         }
         // reset (fun () -> body): a shift lexically in body shares its answer type.
         let builtin_name = match &head.kind {
-            ExprKind::Var(x) => match self
-                .scope
-                .get(x.as_str())
-                .and_then(|v| v.last())
-                .map(|b| &b.loc)
-            {
+            ExprKind::Var(x) => match self.scope.get(x.as_str()).and_then(|v| v.last()).map(|b| &b.loc) {
                 Some(Loc::Builtin(i)) => Some(TABLE[*i as usize].0),
                 _ => None,
             },
             _ => None,
         };
-        let answer = if builtin_name == Some("reset")
-            && matches!(args.first().map(|a| &a.kind), Some(ExprKind::Lam(..)))
-        {
-            let a = self.fresh();
-            self.resets.push((self.fun_depth() + 1, a.clone()));
-            Some(a)
-        } else {
-            None
-        };
+        let answer =
+            if builtin_name == Some("reset") && matches!(args.first().map(|a| &a.kind), Some(ExprKind::Lam(..))) {
+                let a = self.fresh();
+                self.resets.push((self.fun_depth() + 1, a.clone()));
+                Some(a)
+            } else {
+                None
+            };
         let (chead, mut ft) = self.infer(head)?;
         let mut cargs = Vec::new();
         let mut result = Ok(());
@@ -1372,9 +1105,7 @@ impl Checker {
             let r = self.fresh();
             let fpruned = self.subst.prune(&ft);
             if let Ty::Fun(p, res) = &fpruned {
-                if let Err(e) =
-                    self.unify_at(p, &ta, a.span, Some((head.span, "this function expects")))
-                {
+                if let Err(e) = self.unify_at(p, &ta, a.span, Some((head.span, "this function expects"))) {
                     result = Err(e);
                     break;
                 }
@@ -1385,13 +1116,13 @@ impl Checker {
             }
             if let Err(e) = self.subst.unify(&fpruned, &Ty::fun(ta.clone(), r.clone())) {
                 let shown = self.show(&fpruned);
-                let _ = e;
-                result = Err(Diagnostic::error(
-                    Phase::Type,
-                    format!("this is not a function: it has type `{shown}`"),
-                )
-                .label(head.span, format!("has type `{shown}`"))
-                .label(a.span, "but it is applied to this argument"));
+                if matches!(fpruned, Ty::Var(_)) {
+                    result = Err(self.unify_error(e, &Ty::fun(ta.clone(), r.clone()), &fpruned, head.span, None));
+                    break;
+                }
+                result = Err(Diagnostic::error(Phase::Type, format!("this is not a function: it has type `{shown}`"))
+                    .label(head.span, format!("has type `{shown}`"))
+                    .label(a.span, "but it is applied to this argument"));
                 break;
             }
             ft = r;
@@ -1402,21 +1133,16 @@ impl Checker {
         }
         result?;
         if let Some(a) = answer {
-            self.subst
-                .unify(&a, &ft)
-                .map_err(|e| self.unify_error(e, &a, &ft, sp, None))?;
+            self.subst.unify(&a, &ft).map_err(|e| self.unify_error(e, &a, &ft, sp, None))?;
         }
-        Ok((Core::App(Box::new(chead), cargs, sp), ft))
+        let app = Core::App(Box::new(chead), cargs, sp);
+        if builtin_name == Some("reset") {
+            return Ok((Core::Checked(Box::new(app), ft.clone(), sp), ft));
+        }
+        Ok((app, ft))
     }
 
-    fn infer_bin(
-        &mut self,
-        op: BinOp,
-        opspan: Span,
-        a: &Expr,
-        b: &Expr,
-        sp: Span,
-    ) -> R<(Core, Ty)> {
+    fn infer_bin(&mut self, op: BinOp, opspan: Span, a: &Expr, b: &Expr, sp: Span) -> R<(Core, Ty)> {
         if op == BinOp::Pipe {
             return self.infer_app(b, &[a], sp);
         }
@@ -1434,16 +1160,12 @@ impl Checker {
                     _ => Prim::Pow,
                 };
                 let (ra, rb) = (self.subst.prune(&ta), self.subst.prune(&tb));
-                let mixed = (ra.is_con("Float") && rb.is_con("Tensor"))
-                    || (ra.is_con("Tensor") && rb.is_con("Float"));
+                let mixed = (ra.is_con("Float") && rb.is_con("Tensor")) || (ra.is_con("Tensor") && rb.is_con("Float"));
                 if mixed {
                     (prim(p, Ty::tensor(), ca, cb), Ty::tensor())
                 } else {
                     self.unify_at(&ta, &tb, b.span, left).map_err(|d| {
-                        d.label(
-                            opspan,
-                            format!("`{}` needs two operands of one numeric type", op.symbol()),
-                        )
+                        d.label(opspan, format!("`{}` needs two operands of one numeric type", op.symbol()))
                     })?;
                     self.require(class::NUM, &ta, a.span)
                         .map_err(|d| d.label(opspan, format!("`{}` is arithmetic", op.symbol())))?;
@@ -1488,12 +1210,7 @@ impl Checker {
             }
             BinOp::Cons => {
                 let lt = Ty::list(ta.clone());
-                self.unify_at(
-                    &lt,
-                    &tb,
-                    b.span,
-                    Some((a.span, "the head makes the list type")),
-                )?;
+                self.unify_at(&lt, &tb, b.span, Some((a.span, "the head makes the list type")))?;
                 (prim(Prim::Cons, ta, ca, cb), lt)
             }
             BinOp::Append => {
@@ -1531,11 +1248,7 @@ impl Checker {
                 (*n).into(),
                 Binding {
                     scheme: Scheme::mono(t.clone()),
-                    loc: Loc::Local {
-                        depth,
-                        slot: u32::MAX,
-                        boxed: false,
-                    },
+                    loc: Loc::Local { depth, slot: u32::MAX, boxed: false },
                     self_depth: Some(depth),
                     span: *nsp,
                 },
@@ -1560,11 +1273,7 @@ impl Checker {
                         x.into(),
                         Binding {
                             scheme: Scheme::mono(t.clone()),
-                            loc: Loc::Local {
-                                depth,
-                                slot: i as u32,
-                                boxed: false,
-                            },
+                            loc: Loc::Local { depth, slot: i as u32, boxed: false },
                             self_depth: None,
                             span: p.span,
                         },
@@ -1573,23 +1282,14 @@ impl Checker {
                 None => {
                     let mut binds = Vec::new();
                     let pat = self.infer_pat(p, &t, &mut binds)?;
-                    self.warn_exhaustive(
-                        std::slice::from_ref(p),
-                        &t,
-                        p.span,
-                        "this parameter pattern",
-                    );
+                    self.warn_exhaustive(std::slice::from_ref(p), &t, p.span, "this parameter pattern");
                     for (n, ty, s, span) in binds {
                         let depth = self.fun_depth();
                         self.push_binding(
                             n,
                             Binding {
                                 scheme: Scheme::mono(ty),
-                                loc: Loc::Local {
-                                    depth,
-                                    slot: s,
-                                    boxed: false,
-                                },
+                                loc: Loc::Local { depth, slot: s, boxed: false },
                                 self_depth: None,
                                 span,
                             },
@@ -1605,12 +1305,7 @@ impl Checker {
         let ctx = self.funs.pop().unwrap();
         let (mut cbody, tbody) = r?;
         for (pat, slot, psp) in wrappers.into_iter().rev() {
-            cbody = Core::LetPat(
-                pat,
-                Box::new(Core::Var(VarRef::Local(slot), psp)),
-                Box::new(cbody),
-                psp,
-            );
+            cbody = Core::LetPat(pat, Box::new(Core::Var(VarRef::Local(slot), psp)), Box::new(cbody), psp);
         }
         let ty = ptys.into_iter().rev().fold(tbody, |acc, p| Ty::fun(p, acc));
         let lam = Lambda {
@@ -1643,11 +1338,7 @@ impl Checker {
                 d.name.as_str().into(),
                 Binding {
                     scheme: Scheme::mono(t.clone()),
-                    loc: Loc::Local {
-                        depth,
-                        slot,
-                        boxed: mutual,
-                    },
+                    loc: Loc::Local { depth, slot, boxed: mutual },
                     self_depth: None,
                     span: d.name_span,
                 },
@@ -1658,11 +1349,7 @@ impl Checker {
         let mut lams = Vec::new();
         for (d, t) in defs.iter().zip(&tys) {
             let sp = d.name_span.to(d.body.span);
-            let self_rec = if mutual {
-                None
-            } else {
-                Some((d.name.as_str(), t.clone(), d.name_span))
-            };
+            let self_rec = if mutual { None } else { Some((d.name.as_str(), t.clone(), d.name_span)) };
             let (lam, lt) = self.infer_lambda(&d.name, &d.params, &d.body, sp, self_rec)?;
             self.unify_at(t, &lt, d.name_span, None)?;
             lams.push(lam);
@@ -1676,11 +1363,7 @@ impl Checker {
                 d.name.as_str().into(),
                 Binding {
                     scheme,
-                    loc: Loc::Local {
-                        depth,
-                        slot: *slot,
-                        boxed: mutual,
-                    },
+                    loc: Loc::Local { depth, slot: *slot, boxed: mutual },
                     self_depth: None,
                     span: d.name_span,
                 },
@@ -1696,20 +1379,12 @@ impl Checker {
             let sp = defs[0].name_span;
             let mut code = cb;
             for (slot, lam) in slots.iter().zip(lams).rev() {
-                let assign = Core::Prim(
-                    Prim::Assign,
-                    vec![Core::Var(VarRef::Local(*slot), sp), Core::Lam(lam)],
-                    Ty::unit(),
-                    sp,
-                );
+                let assign =
+                    Core::Prim(Prim::Assign, vec![Core::Var(VarRef::Local(*slot), sp), Core::Lam(lam)], Ty::unit(), sp);
                 code = Core::Seq(Box::new(assign), Box::new(code));
             }
             for slot in slots.iter().rev() {
-                let cell = Core::App(
-                    Box::new(Core::Builtin(ref_builtin, sp)),
-                    vec![Core::Const(Const::Unit)],
-                    sp,
-                );
+                let cell = Core::App(Box::new(Core::Builtin(ref_builtin, sp)), vec![Core::Const(Const::Unit)], sp);
                 code = Core::Let(*slot, Box::new(cell), Box::new(code));
             }
             code
@@ -1719,21 +1394,13 @@ impl Checker {
 
     // ------------------------------------------------------------ patterns
 
-    fn infer_pat(
-        &mut self,
-        p: &Pat,
-        t: &Ty,
-        binds: &mut Vec<(Rc<str>, Ty, u32, Span)>,
-    ) -> R<Pattern> {
+    fn infer_pat(&mut self, p: &Pat, t: &Ty, binds: &mut Vec<(Rc<str>, Ty, u32, Span)>) -> R<Pattern> {
         Ok(match &p.kind {
             PatKind::Wild => Pattern::Wild,
             PatKind::Var(x) => {
                 if binds.iter().any(|(n, ..)| &**n == x) {
-                    return Err(Diagnostic::error(
-                        Phase::Type,
-                        format!("`{x}` is bound twice in this pattern"),
-                    )
-                    .label(p.span, "second binding"));
+                    return Err(Diagnostic::error(Phase::Type, format!("`{x}` is bound twice in this pattern"))
+                        .label(p.span, "second binding"));
                 }
                 let slot = self.new_slot();
                 binds.push((x.as_str().into(), t.clone(), slot, p.span));
@@ -1750,12 +1417,7 @@ impl Checker {
             PatKind::Tuple(ps) => {
                 let ts: Vec<Ty> = ps.iter().map(|_| self.fresh()).collect();
                 self.unify_at(t, &Ty::Tuple(ts.clone()), p.span, None)?;
-                Pattern::Tuple(
-                    ps.iter()
-                        .zip(&ts)
-                        .map(|(q, qt)| self.infer_pat(q, qt, binds))
-                        .collect::<R<_>>()?,
-                )
+                Pattern::Tuple(ps.iter().zip(&ts).map(|(q, qt)| self.infer_pat(q, qt, binds)).collect::<R<_>>()?)
             }
             PatKind::List(ps) => {
                 let elem = self.fresh();
@@ -1779,11 +1441,8 @@ impl Checker {
             }
             PatKind::Con(c, args) => {
                 let Some(info) = self.cons.get(c.as_str()).cloned() else {
-                    return Err(Diagnostic::error(
-                        Phase::Type,
-                        format!("unknown constructor `{c}`"),
-                    )
-                    .label(p.span, "not declared by any `type`"));
+                    return Err(Diagnostic::error(Phase::Type, format!("unknown constructor `{c}`"))
+                        .label(p.span, "not declared by any `type`"));
                 };
                 if args.len() != info.arity as usize {
                     return Err(Diagnostic::error(
@@ -1799,17 +1458,12 @@ impl Checker {
                 let mut ft = self.instantiate(&info.scheme);
                 let mut pargs = Vec::new();
                 for q in args {
-                    let Ty::Fun(a, r) = self.subst.prune(&ft) else {
-                        unreachable!()
-                    };
+                    let Ty::Fun(a, r) = self.subst.prune(&ft) else { unreachable!() };
                     pargs.push(self.infer_pat(q, &a, binds)?);
                     ft = *r;
                 }
                 self.unify_at(t, &ft, p.span, None)?;
-                Pattern::Con {
-                    tag: info.tag,
-                    args: pargs,
-                }
+                Pattern::Con { tag: info.tag, args: pargs }
             }
             PatKind::Record(fields) => {
                 let mut row = self.fresh();
@@ -1824,14 +1478,9 @@ impl Checker {
                 for (f, ft) in subs.into_iter().rev() {
                     let q = match &f.value {
                         Some(q) => self.infer_pat(q, &ft, binds)?,
-                        None => self.infer_pat(
-                            &Pat {
-                                kind: PatKind::Var(f.name.clone()),
-                                span: f.span,
-                            },
-                            &ft,
-                            binds,
-                        )?,
+                        None => {
+                            self.infer_pat(&Pat { kind: PatKind::Var(f.name.clone()), span: f.span }, &ft, binds)?
+                        }
                     };
                     out.push((Rc::from(f.name.as_str()), q));
                 }
@@ -1848,12 +1497,9 @@ impl Checker {
     fn warn_exhaustive(&mut self, pats: &[Pat], t: &Ty, span: Span, what: &str) {
         if let Some(missing) = super::exhaust::missing_case(self, pats, t) {
             self.warnings.push(
-                Diagnostic::warning(
-                    Phase::Type,
-                    format!("non-exhaustive patterns: {what} does not cover `{missing}`"),
-                )
-                .label(span, format!("`{missing}` is not matched"))
-                .help("add an arm for it (or `_ -> …`); an unmatched value is a run-time error"),
+                Diagnostic::warning(Phase::Type, format!("non-exhaustive patterns: {what} does not cover `{missing}`"))
+                    .label(span, format!("`{missing}` is not matched"))
+                    .help("add an arm for it (or `_ -> …`); an unmatched value is a run-time error"),
             );
         }
     }
@@ -1923,9 +1569,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         let mut cur = vec![i; b.len() + 1];
         for j in 1..=b.len() {
-            cur[j] = (prev[j] + 1)
-                .min(cur[j - 1] + 1)
-                .min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
         }
         prev = cur;
     }

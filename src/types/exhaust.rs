@@ -32,22 +32,16 @@ fn simplify(p: &Pat) -> P {
         PatKind::Lit(Lit::Unit) => P::K(Key::Unit, vec![]),
         PatKind::Lit(l) => P::K(Key::Lit(format!("{l:?}")), vec![]),
         PatKind::Tuple(ps) => P::K(Key::Tuple(ps.len()), ps.iter().map(simplify).collect()),
-        PatKind::List(ps) => ps.iter().rev().fold(P::K(Key::Nil, vec![]), |acc, q| {
-            P::K(Key::Cons, vec![simplify(q), acc])
-        }),
+        PatKind::List(ps) => {
+            ps.iter().rev().fold(P::K(Key::Nil, vec![]), |acc, q| P::K(Key::Cons, vec![simplify(q), acc]))
+        }
         PatKind::Cons(h, t) => P::K(Key::Cons, vec![simplify(h), simplify(t)]),
-        PatKind::Con(c, args) => P::K(
-            Key::Con(c.as_str().into()),
-            args.iter().map(simplify).collect(),
-        ),
+        PatKind::Con(c, args) => P::K(Key::Con(c.as_str().into()), args.iter().map(simplify).collect()),
         PatKind::Record(fs) => {
             let mut fs: Vec<_> = fs.iter().collect();
             fs.sort_by(|a, b| a.name.cmp(&b.name));
             let names = fs.iter().map(|f| f.name.clone()).collect();
-            let args = fs
-                .iter()
-                .map(|f| f.value.as_ref().map_or(P::Wild, simplify))
-                .collect();
+            let args = fs.iter().map(|f| f.value.as_ref().map_or(P::Wild, simplify)).collect();
             P::K(Key::Record(names), args)
         }
     }
@@ -82,12 +76,7 @@ fn signature(ch: &Checker, k: &Key) -> Option<Vec<(Key, usize)>> {
             let info = ch.constructor(c)?;
             info.siblings
                 .iter()
-                .map(|s| {
-                    (
-                        Key::Con(s.clone()),
-                        ch.constructor(s).map_or(0, |i| i.arity as usize),
-                    )
-                })
+                .map(|s| (Key::Con(s.clone()), ch.constructor(s).map_or(0, |i| i.arity as usize)))
                 .collect()
         }
         Key::Bool(_) => vec![(Key::Bool(false), 0), (Key::Bool(true), 0)],
@@ -134,28 +123,13 @@ fn missing(ch: &Checker, rows: &[Vec<P>], n: usize, depth: usize) -> Option<Vec<
     if depth > 64 {
         return None;
     }
-    let heads: Vec<Key> = rows
-        .iter()
-        .filter_map(|r| {
-            if let P::K(k, _) = &r[0] {
-                Some(k.clone())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let heads: Vec<Key> =
+        rows.iter().filter_map(|r| if let P::K(k, _) = &r[0] { Some(k.clone()) } else { None }).collect();
     let sig = heads.first().and_then(|k| signature(ch, k));
     if let Some(sig) = &sig {
-        if sig
-            .iter()
-            .all(|(k, _)| heads.iter().any(|h| same_ctor(h, k)))
-        {
+        if sig.iter().all(|(k, _)| heads.iter().any(|h| same_ctor(h, k))) {
             for (k, a) in sig {
-                let a = if let Key::Record(_) = k {
-                    heads.iter().map(arity).max().unwrap_or(0)
-                } else {
-                    *a
-                };
+                let a = if let Key::Record(_) = k { heads.iter().map(arity).max().unwrap_or(0) } else { *a };
                 let spec = specialise(rows, k, a);
                 if let Some(w) = missing(ch, &spec, a + n - 1, depth + 1) {
                     let mut out = vec![P::K(k.clone(), w[..a].to_vec())];
@@ -166,11 +140,7 @@ fn missing(ch: &Checker, rows: &[Vec<P>], n: usize, depth: usize) -> Option<Vec<
             return None;
         }
     }
-    let default: Vec<Vec<P>> = rows
-        .iter()
-        .filter(|r| matches!(r[0], P::Wild))
-        .map(|r| r[1..].to_vec())
-        .collect();
+    let default: Vec<Vec<P>> = rows.iter().filter(|r| matches!(r[0], P::Wild)).map(|r| r[1..].to_vec()).collect();
     let w = missing(ch, &default, n - 1, depth + 1)?;
     let head = match &sig {
         Some(sig) => sig
@@ -209,11 +179,7 @@ fn show(p: &P) -> String {
                 }
                 Key::Record(fs) => format!(
                     "{{ {} }}",
-                    fs.iter()
-                        .zip(args)
-                        .map(|(f, a)| format!("{f} = {}", show(a)))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    fs.iter().zip(args).map(|(f, a)| format!("{f} = {}", show(a))).collect::<Vec<_>>().join(", ")
                 ),
                 Key::Unit => "()".into(),
                 Key::Lit(_) => "_".into(),

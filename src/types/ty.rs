@@ -101,11 +101,7 @@ impl Subst {
         self.fresh_with(level, 0)
     }
     pub fn fresh_with(&mut self, level: u32, class: u8) -> Ty {
-        self.vars.push(VarInfo {
-            link: None,
-            level,
-            class,
-        });
+        self.vars.push(VarInfo { link: None, level, class });
         Ty::Var((self.vars.len() - 1) as u32)
     }
     pub fn level_of(&self, v: u32) -> u32 {
@@ -136,9 +132,7 @@ impl Subst {
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| self.resolve(a)).collect()),
             Ty::Record(r) => Ty::Record(Box::new(self.resolve(&r))),
             Ty::RowEmpty => Ty::RowEmpty,
-            Ty::RowExt(l, t, r) => {
-                Ty::RowExt(l, Box::new(self.resolve(&t)), Box::new(self.resolve(&r)))
-            }
+            Ty::RowExt(l, t, r) => Ty::RowExt(l, Box::new(self.resolve(&t)), Box::new(self.resolve(&r))),
         }
     }
 
@@ -171,9 +165,7 @@ impl Subst {
                 wi.level = wi.level.min(level);
                 Ok(())
             }
-            Ty::Con(_, args) | Ty::Tuple(args) => args
-                .iter()
-                .try_for_each(|a| self.occurs_adjust(v, level, a)),
+            Ty::Con(_, args) | Ty::Tuple(args) => args.iter().try_for_each(|a| self.occurs_adjust(v, level, a)),
             Ty::Fun(a, b) => {
                 self.occurs_adjust(v, level, &a)?;
                 self.occurs_adjust(v, level, &b)
@@ -194,13 +186,7 @@ impl Subst {
         }
         let t = self.prune(t);
         let fail = |c: u8| Err(UnifyError::Class(c, t.clone()));
-        for c in [
-            class::NUM,
-            class::ORD,
-            class::DIFF,
-            class::REAL,
-            class::APPEND,
-        ] {
+        for c in [class::NUM, class::ORD, class::DIFF, class::REAL, class::APPEND] {
             if class & c == 0 {
                 continue;
             }
@@ -261,9 +247,7 @@ impl Subst {
                 t1.iter().zip(t2).try_for_each(|(x, y)| self.unify(x, y))
             }
             (Ty::Record(r1), Ty::Record(r2)) => self.unify(r1, r2).map_err(|e| match e {
-                UnifyError::Mismatch(x, y) if is_row(&x) || is_row(&y) => {
-                    UnifyError::Mismatch(a.clone(), b.clone())
-                }
+                UnifyError::Mismatch(x, y) if is_row(&x) || is_row(&y) => UnifyError::Mismatch(a.clone(), b.clone()),
                 e => e,
             }),
             (Ty::RowEmpty, Ty::RowEmpty) => Ok(()),
@@ -297,11 +281,8 @@ impl Subst {
                 let class = self.vars[v as usize].class;
                 let ft = self.fresh_with(level, class & class::DIFF);
                 let rest = self.fresh_with(level, class & class::DIFF);
-                self.vars[v as usize].link = Some(Ty::RowExt(
-                    label.clone(),
-                    Box::new(ft.clone()),
-                    Box::new(rest.clone()),
-                ));
+                self.vars[v as usize].link =
+                    Some(Ty::RowExt(label.clone(), Box::new(ft.clone()), Box::new(rest.clone())));
                 Ok((ft, rest))
             }
             other => Err(UnifyError::Mismatch(
@@ -349,10 +330,7 @@ pub struct Scheme {
 
 impl Scheme {
     pub fn mono(ty: Ty) -> Scheme {
-        Scheme {
-            vars: Vec::new(),
-            ty,
-        }
+        Scheme { vars: Vec::new(), ty }
     }
 }
 

@@ -1,0 +1,178 @@
+//! Runs every `tests/programs/**/*.dp` through the `dp` binary and compares with the header:
+//! `// out: line` (stdout, in order), `// error: text` (fails; stderr contains text),
+//! `// warning: text`, `// exit: n`, `// args: a b`, `// expect: ok`. Examples under
+//! `examples/` are compared with `tests/programs/examples/NAME.expected`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+pub fn dp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dp"))
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect(&p, out);
+        } else if p.extension().is_some_and(|e| e == "dp") {
+            out.push(p);
+        }
+    }
+}
+
+struct Expect {
+    out: Vec<String>,
+    errors: Vec<String>,
+    warnings: Vec<String>,
+    exit: Option<i32>,
+    args: Vec<String>,
+}
+
+fn parse_header(text: &str) -> Expect {
+    let mut e = Expect { out: Vec::new(), errors: Vec::new(), warnings: Vec::new(), exit: None, args: Vec::new() };
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("//") else {
+            if line.trim().is_empty() {
+                continue;
+            }
+            break;
+        };
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        if let Some(v) = rest.strip_prefix("out:") {
+            e.out.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+        } else if let Some(v) = rest.strip_prefix("error:") {
+            e.errors.push(v.trim().to_string());
+        } else if let Some(v) = rest.strip_prefix("warning:") {
+            e.warnings.push(v.trim().to_string());
+        } else if let Some(v) = rest.strip_prefix("exit:") {
+            e.exit = v.trim().parse().ok();
+        } else if let Some(v) = rest.strip_prefix("args:") {
+            e.args = v.split_whitespace().map(String::from).collect();
+        }
+    }
+    e
+}
+
+fn check_program(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let exp = parse_header(&text);
+    let output = dp().arg("run").arg(path).args(&exp.args).output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let code = output.status.code().unwrap_or(-1);
+    let mut problems = Vec::new();
+    if stderr.contains("internal error") || stderr.contains("panicked") {
+        problems.push("the interpreter panicked".to_string());
+    }
+    if !exp.errors.is_empty() {
+        if code == 0 {
+            problems.push("expected failure, but the program succeeded".into());
+        }
+        for e in &exp.errors {
+            if !stderr.contains(e.as_str()) {
+                problems.push(format!("stderr lacks `{e}`"));
+            }
+        }
+    } else {
+        let want = exp.exit.unwrap_or(0);
+        if code != want {
+            problems.push(format!("exit code {code}, expected {want}"));
+        }
+    }
+    for w in &exp.warnings {
+        if !stderr.contains(w.as_str()) {
+            problems.push(format!("stderr lacks warning `{w}`"));
+        }
+    }
+    if exp.errors.is_empty() || !exp.out.is_empty() {
+        let got: Vec<&str> = stdout.lines().collect();
+        if got != exp.out.iter().map(String::as_str).collect::<Vec<_>>() {
+            problems.push(format!(
+                "stdout differs:\n--- expected\n{}\n--- got\n{}",
+                exp.out.join("\n"),
+                stdout.trim_end()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}:\n  {}\n  stderr: {}", path.display(), problems.join("\n  "), stderr.trim_end()))
+    }
+}
+
+fn run_all(paths: Vec<PathBuf>, check: fn(&Path) -> Result<(), String>) -> Vec<String> {
+    let queue = Arc::new(Mutex::new(paths));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..std::thread::available_parallelism().map_or(2, |n| n.get()).max(2))
+        .map(|_| {
+            let (q, f) = (queue.clone(), failures.clone());
+            std::thread::spawn(move || loop {
+                let Some(p) = q.lock().unwrap().pop() else { break };
+                if let Err(e) = check(&p) {
+                    f.lock().unwrap().push(e);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut f = failures.lock().unwrap().clone();
+    f.sort();
+    f
+}
+
+#[test]
+fn golden_programs() {
+    let mut paths = Vec::new();
+    collect(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs")), &mut paths);
+    assert!(paths.len() >= 60, "expected at least 60 golden programs, found {}", paths.len());
+    let failures = run_all(paths, check_program);
+    assert!(failures.is_empty(), "{} golden program(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
+}
+
+fn check_example(path: &Path) -> Result<(), String> {
+    let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+    let expected_path =
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/examples")).join(format!("{stem}.expected"));
+    let expected = std::fs::read_to_string(&expected_path).map_err(|e| format!("{}: {e}", expected_path.display()))?;
+    let output = dp().arg("run").arg(path).output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!("{} failed:\n{}", path.display(), String::from_utf8_lossy(&output.stderr)));
+    }
+    if stdout.trim_end() != expected.trim_end() {
+        return Err(format!(
+            "{}: stdout differs:\n--- expected\n{}\n--- got\n{}",
+            path.display(),
+            expected.trim_end(),
+            stdout.trim_end()
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn examples_run_as_documented() {
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "dp"))
+        .collect();
+    paths.sort();
+    let failures = run_all(paths, check_example);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn prelude_type_checks() {
+    let out = dp().arg("check").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/stdlib/prelude.dp")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,4 @@
+//! The one integration-test binary: golden programs, error snapshots, AD properties, REPL.
+
+mod golden;
+mod snapshots;
