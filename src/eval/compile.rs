@@ -30,6 +30,12 @@ pub enum Op {
     /// Pops a value; if it does not match pattern `pats[.0]`, jumps to `.1`.
     MatchOrJump(u32, u32),
     MatchFail,
+    /// Pops two Ints; jumps to the target unless the comparison holds.
+    IntBranch(Cmp, u32),
+    /// Pops one Int; jumps to the target unless `top cmp k` holds.
+    IntBranchK(Cmp, i32, u32),
+    /// Adds a constant to the Int on top of the stack.
+    AddIntK(i32),
     AddInt,
     SubInt,
     MulInt,
@@ -58,6 +64,41 @@ pub enum Op {
     MakeCon(u32, u32),
     /// Checks the shape of the value on top of the stack (see `Core::Checked`).
     CheckKind(Kind),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl Cmp {
+    #[inline]
+    pub fn holds(self, a: i64, b: i64) -> bool {
+        match self {
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+        }
+    }
+    fn of(p: Prim) -> Option<Cmp> {
+        Some(match p {
+            Prim::Lt => Cmp::Lt,
+            Prim::Le => Cmp::Le,
+            Prim::Gt => Cmp::Gt,
+            Prim::Ge => Cmp::Ge,
+            Prim::Eq => Cmp::Eq,
+            Prim::Ne => Cmp::Ne,
+            _ => return None,
+        })
+    }
 }
 
 /// The run-time shape of a type, as far as a shallow check can tell.
@@ -118,6 +159,14 @@ impl Kind {
             Kind::Record => "a record",
             Kind::Function => "a function",
         }
+    }
+}
+
+/// An Int literal small enough to live inside an instruction (and to negate).
+fn small_int(c: &Core) -> Option<i32> {
+    match c {
+        Core::Const(Const::Int(n)) if (-(i32::MAX as i64)..=i32::MAX as i64).contains(n) => Some(*n as i32),
+        _ => None,
     }
 }
 
@@ -190,7 +239,11 @@ impl Builder<'_> {
     }
     fn patch(&mut self, at: usize, target: u32) {
         match &mut self.f.code[at] {
-            Op::Jump(t) | Op::JumpIfFalse(t) | Op::MatchOrJump(_, t) => *t = target,
+            Op::Jump(t)
+            | Op::JumpIfFalse(t)
+            | Op::MatchOrJump(_, t)
+            | Op::IntBranch(_, t)
+            | Op::IntBranchK(_, _, t) => *t = target,
             _ => unreachable!("patching a non-jump"),
         }
     }
@@ -302,8 +355,7 @@ impl Builder<'_> {
                 self.emit(Op::Const(k), span);
             }
             Core::If(c, a, b) => {
-                self.expr(c, false, span);
-                let j = self.emit(Op::JumpIfFalse(0), span);
+                let j = self.condition(c, span);
                 self.expr(a, tail, span);
                 let done = self.emit(Op::Jump(0), span);
                 let l = self.here();
@@ -355,6 +407,13 @@ impl Builder<'_> {
                 let end = self.here();
                 self.patch(done, end);
                 return;
+            }
+            Core::Prim(p @ (Prim::Add | Prim::Sub), args, ty, sp)
+                if self.num_kind(ty) == NumKind::Int && small_int(&args[1]).is_some() =>
+            {
+                self.expr(&args[0], false, *sp);
+                let k = small_int(&args[1]).unwrap_or(0);
+                self.emit(Op::AddIntK(if *p == Prim::Sub { -k } else { k }), *sp);
             }
             Core::Prim(p, args, ty, sp) => {
                 for a in args {
@@ -433,6 +492,23 @@ impl Builder<'_> {
         if tail {
             self.emit(Op::Return, span);
         }
+    }
+
+    /// Emits a condition and a jump taken when it is false; returns the jump to patch.
+    /// Int comparisons fuse with the branch.
+    fn condition(&mut self, c: &Core, span: Span) -> usize {
+        if let Core::Prim(p, args, ty, sp) = c {
+            if let (Some(cmp), NumKind::Int) = (Cmp::of(*p), self.num_kind(ty)) {
+                self.expr(&args[0], false, *sp);
+                if let Some(k) = small_int(&args[1]) {
+                    return self.emit(Op::IntBranchK(cmp, k, 0), *sp);
+                }
+                self.expr(&args[1], false, *sp);
+                return self.emit(Op::IntBranch(cmp, 0), *sp);
+            }
+        }
+        self.expr(c, false, span);
+        self.emit(Op::JumpIfFalse(0), span)
     }
 
     fn closure(&mut self, l: &Rc<Lambda>, span: Span) {

@@ -233,14 +233,12 @@ impl Machine {
         macro_rules! int2 {
             ($f:expr) => {{
                 let b = self.pop();
-                let a = self.pop();
-                match (a, b) {
-                    (Value::Int(x), Value::Int(y)) => self.stack.push($f(x, y)),
-                    (a, b) => fault!(Fault::new(format!(
-                        "internal: integer operation on {} and {}",
-                        a.type_name(),
-                        b.type_name()
-                    ))),
+                match (self.stack.last_mut(), b) {
+                    (Some(a @ Value::Int(_)), Value::Int(y)) => {
+                        let Value::Int(x) = *a else { unreachable!() };
+                        *a = $f(x, y);
+                    }
+                    (_, b) => fault!(Fault::new(format!("internal: integer operation on {}", b.type_name()))),
                 }
             }};
         }
@@ -305,12 +303,17 @@ impl Machine {
                         *f -= 1;
                     }
                     let fpos = self.stack.len() - n - 1;
-                    if let Value::Closure(c) = &self.stack[fpos] {
-                        if c.func.arity as usize == n {
-                            let c = c.clone();
+                    if matches!(&self.stack[fpos], Value::Closure(c) if c.func.arity as usize == n) {
+                        // The callee slot is never read again: take the closure out of it.
+                        let Value::Closure(c) = std::mem::take(&mut self.stack[fpos]) else { unreachable!() };
+                        {
                             if tail {
+                                // Reuse the frame: slide callee and arguments down over it.
                                 let dst = base - 1;
-                                self.stack.drain(dst..fpos);
+                                for i in 0..=n {
+                                    self.stack.swap(dst + i, fpos + i);
+                                }
+                                self.stack.truncate(dst + n + 1);
                                 base = dst + 1;
                             } else {
                                 if self.depth() >= self.stack_limit {
@@ -356,6 +359,14 @@ impl Machine {
                 Op::Return => {
                     let v = self.pop();
                     self.stack.truncate(base - 1);
+                    if let Some(Frame::Dp { .. }) = self.frames.last() {
+                        let Some(Frame::Dp { clo: c, pc: p, base: b }) = self.frames.pop() else { unreachable!() };
+                        self.stack.push(v);
+                        clo = c;
+                        pc = p as usize;
+                        base = b as usize;
+                        continue;
+                    }
                     goto!(self.resume(Action::Return(v)));
                 }
                 Op::Jump(t) => pc = t as usize,
@@ -377,6 +388,30 @@ impl Machine {
                     fault!(Fault::new("no match: the value did not match any pattern")
                         .help("the checker warned that this match is not exhaustive"))
                 }
+                Op::IntBranch(cmp, t) => {
+                    let b = self.pop();
+                    let a = self.pop();
+                    match (a, b) {
+                        (Value::Int(x), Value::Int(y)) => {
+                            if !cmp.holds(x, y) {
+                                pc = t as usize;
+                            }
+                        }
+                        _ => fault!(Fault::new("internal: integer comparison on non-integers")),
+                    }
+                }
+                Op::IntBranchK(cmp, k, t) => match self.pop() {
+                    Value::Int(x) => {
+                        if !cmp.holds(x, k as i64) {
+                            pc = t as usize;
+                        }
+                    }
+                    _ => fault!(Fault::new("internal: integer comparison on a non-integer")),
+                },
+                Op::AddIntK(k) => match self.stack.last_mut() {
+                    Some(Value::Int(x)) => *x = x.wrapping_add(k as i64),
+                    _ => fault!(Fault::new("internal: integer addition on a non-integer")),
+                },
                 Op::AddInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_add(y))),
                 Op::SubInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
                 Op::MulInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_mul(y))),
