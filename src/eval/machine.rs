@@ -183,18 +183,23 @@ impl Machine {
         d
     }
 
+    /// The dp call stack, innermost first; runs of identical frames (deep recursion) fold
+    /// into one entry that says how many times it repeats.
     fn trace(&self, clo: &Rc<Closure>, span: Span) -> Vec<(String, Span)> {
-        let mut t = vec![(clo.func.name.to_string(), span)];
-        let all = self.segs.iter().map(|s| &s.frames).chain(std::iter::once(&self.frames));
-        let mut frames: Vec<&Frame> = all.flatten().collect();
-        frames.reverse();
-        for f in frames.into_iter().take(64) {
-            if let Frame::Dp { clo, pc, .. } = f {
-                let sp = clo.func.spans.get((*pc as usize).saturating_sub(1)).copied().unwrap_or(clo.func.span);
-                t.push((clo.func.name.to_string(), sp));
+        let mut out: Vec<(Rc<str>, Span, usize)> = vec![(clo.func.name.clone(), span, 1)];
+        let below = self.segs.iter().rev().flat_map(|s| s.frames.iter().rev());
+        for f in self.frames.iter().rev().chain(below) {
+            let Frame::Dp { clo, pc, .. } = f else { continue };
+            let sp = clo.func.spans.get((*pc as usize).saturating_sub(1)).copied().unwrap_or(clo.func.span);
+            match out.last_mut() {
+                Some(last) if Rc::ptr_eq(&last.0, &clo.func.name) && last.1 == sp => last.2 += 1,
+                _ if out.len() >= 40 => break,
+                _ => out.push((clo.func.name.clone(), sp, 1)),
             }
         }
-        t
+        out.into_iter()
+            .map(|(n, sp, k)| (if k > 1 { format!("{n} (this call repeated {k} times)") } else { n.to_string() }, sp))
+            .collect()
     }
 
     #[inline]

@@ -31,7 +31,7 @@ fn describe(t: &Tok) -> String {
         Tok::Str(_) => "a string".into(),
         Tok::Ident(x) => format!("name `{x}`"),
         Tok::UIdent(x) => format!("`{x}`"),
-        Tok::ItemSep => "the start of a new item (a line beginning in column 1)".into(),
+        Tok::ItemSep => "start of a new item (a line beginning in column 1)".into(),
         other => format!("`{}`", token_text(other)),
     }
 }

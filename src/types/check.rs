@@ -100,6 +100,10 @@ pub struct Checker {
     resets: Vec<(usize, Ty)>,
     tyvars: HashMap<String, Ty>,
     depth: u32,
+    /// When set, every binding site is recorded in `binding_sites` (the language server's hover).
+    pub record_bindings: bool,
+    /// Name, binding span and type (render with `show` once checking is done) of each binding.
+    pub binding_sites: Vec<(Rc<str>, Span, Ty)>,
 }
 
 fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
@@ -157,6 +161,8 @@ impl Default for Checker {
             resets: Vec::new(),
             tyvars: HashMap::new(),
             depth: 0,
+            record_bindings: false,
+            binding_sites: Vec::new(),
         }
     }
 }
@@ -178,6 +184,8 @@ impl Checker {
             resets: Vec::new(),
             tyvars: HashMap::new(),
             depth: 0,
+            record_bindings: false,
+            binding_sites: Vec::new(),
         };
         for (n, a) in
             [("Int", 0), ("Float", 0), ("Bool", 0), ("String", 0), ("Unit", 0), ("Tensor", 0), ("List", 1), ("Ref", 1)]
@@ -199,6 +207,9 @@ impl Checker {
     // ------------------------------------------------------------ scopes and slots
 
     fn push_binding(&mut self, name: Rc<str>, b: Binding) {
+        if self.record_bindings {
+            self.binding_sites.push((name.clone(), b.span, b.scheme.ty.clone()));
+        }
         self.scope.entry(name.clone()).or_default().push(b);
         self.undo.push(name);
     }
@@ -991,7 +1002,7 @@ impl Checker {
                 continue;
             }
             let d = edit_distance(x, n);
-            if d <= 2 && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn)) {
+            if d <= if x.chars().count() <= 4 { 1 } else { 2 } && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn)) {
                 best = Some((d, n));
             }
         }
