@@ -97,7 +97,16 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("ref", B::Ref, "a -> Ref a"),
 ];
 
-/// Number of arguments a builtin takes (the arrows of its type at the top level).
+/// The most arguments any builtin takes.
+pub const MAX_ARITY: usize = 3;
+
+/// Number of arguments builtin `i` takes (computed once from the table).
+pub fn arity_of(i: u32) -> usize {
+    static ARITIES: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    ARITIES.get_or_init(|| TABLE.iter().map(|(_, _, t)| arity(t)).collect())[i as usize] as usize
+}
+
+/// Number of arguments a builtin type takes (the arrows of its type at the top level).
 pub fn arity(ty: &str) -> u32 {
     let body = ty.split("=>").last().unwrap_or(ty);
     let mut depth = 0i32;

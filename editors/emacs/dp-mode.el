@@ -121,7 +121,7 @@
 
 (defun dp--in-string-or-comment-p (&optional pos)
   "Non-nil when POS (default point) is inside a string or a comment."
-  (nth 8 (syntax-ppss pos)))
+  (save-excursion (nth 8 (syntax-ppss pos))))
 
 (defun dp--item-start-p ()
   "Non-nil when the line at point starts a top-level item (a token in column 1)."
@@ -179,7 +179,7 @@ Group 1 is a valid escape, group 2 an unknown one."
   (let (found)
     (while (and (not found)
                 (re-search-forward "\\(\\\\[ntr\\\\\"0]\\)\\|\\(\\\\.\\)" limit t))
-      (when (nth 3 (syntax-ppss (match-beginning 0)))
+      (when (save-excursion (nth 3 (syntax-ppss (match-beginning 0))))
         (setq found t)))
     found))
 

@@ -34,6 +34,10 @@ pub enum Op {
     IntBranch(Cmp, u32),
     /// Pops one Int; jumps to the target unless `top cmp k` holds.
     IntBranchK(Cmp, i32, u32),
+    /// A unary math builtin applied in place to the top of the stack.
+    Math(crate::ad::rules::Un),
+    /// `float` in place.
+    IntToFloat,
     /// Adds a constant to the Int on top of the stack.
     AddIntK(i32),
     AddInt,
@@ -162,6 +166,25 @@ impl Kind {
     }
 }
 
+/// Builtins cheap enough to be instructions of their own.
+fn inline_builtin(i: u32) -> Option<Op> {
+    use crate::ad::rules::Un;
+    use crate::builtins::B;
+    Some(match TABLE[i as usize].1 {
+        B::Float => Op::IntToFloat,
+        B::Sin => Op::Math(Un::Sin),
+        B::Cos => Op::Math(Un::Cos),
+        B::Tan => Op::Math(Un::Tan),
+        B::Exp => Op::Math(Un::Exp),
+        B::Log => Op::Math(Un::Log),
+        B::Sqrt => Op::Math(Un::Sqrt),
+        B::Tanh => Op::Math(Un::Tanh),
+        B::Sigmoid => Op::Math(Un::Sigmoid),
+        B::Relu => Op::Math(Un::Relu),
+        _ => return None,
+    })
+}
+
 /// An Int literal small enough to live inside an instruction (and to negate).
 fn small_int(c: &Core) -> Option<i32> {
     match c {
@@ -286,7 +309,7 @@ impl Builder<'_> {
             }
             Core::Var(r, sp) => self.var(*r, *sp),
             Core::Builtin(i, sp) => {
-                if crate::builtins::arity(TABLE[*i as usize].2) == 0 {
+                if crate::builtins::arity_of(*i) == 0 {
                     self.emit(Op::CallBuiltin(*i), *sp);
                 } else {
                     self.emit(Op::Builtin(*i), *sp);
@@ -295,12 +318,12 @@ impl Builder<'_> {
             Core::Lam(l) => self.closure(l, span),
             Core::App(f, args, sp) => {
                 if let Core::Builtin(i, _) = **f {
-                    let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
+                    let arity = crate::builtins::arity_of(i);
                     if arity > 0 && args.len() >= arity {
                         for a in &args[..arity] {
                             self.expr(a, false, *sp);
                         }
-                        self.emit(Op::CallBuiltin(i), *sp);
+                        self.emit(inline_builtin(i).unwrap_or(Op::CallBuiltin(i)), *sp);
                         if args.len() > arity {
                             for a in &args[arity..] {
                                 self.expr(a, false, *sp);

@@ -191,9 +191,10 @@ impl Machine {
         for f in self.frames.iter().rev().chain(below) {
             let Frame::Dp { clo, pc, .. } = f else { continue };
             let sp = clo.func.spans.get((*pc as usize).saturating_sub(1)).copied().unwrap_or(clo.func.span);
+            let n = out.len();
             match out.last_mut() {
                 Some(last) if Rc::ptr_eq(&last.0, &clo.func.name) && last.1 == sp => last.2 += 1,
-                _ if out.len() >= 40 => break,
+                _ if n >= 40 => break,
                 _ => out.push((clo.func.name.clone(), sp, 1)),
             }
         }
@@ -350,8 +351,11 @@ impl Machine {
                     goto!(self.resume(Action::Apply(f, args, span)));
                 }
                 Op::CallBuiltin(i) => {
-                    let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
-                    let args: Vec<Value> = self.stack.drain(self.stack.len() - arity..).collect();
+                    let arity = crate::builtins::arity_of(i);
+                    let mut args: [Value; crate::builtins::MAX_ARITY] = Default::default();
+                    for k in (0..arity).rev() {
+                        args[k] = self.pop();
+                    }
                     match tryf!(self.builtin(i, args)) {
                         BuiltinOut::Value(v) => self.stack.push(v),
                         BuiltinOut::Control(c) => {
@@ -412,6 +416,21 @@ impl Machine {
                         }
                     }
                     _ => fault!(Fault::new("internal: integer comparison on a non-integer")),
+                },
+                Op::Math(un) => match self.stack.last_mut() {
+                    Some(Value::Float(x)) => *x = un.eval(*x),
+                    _ => {
+                        let x = self.pop();
+                        let v = tryf!(ad::unary(self, un, x));
+                        self.stack.push(v);
+                    }
+                },
+                Op::IntToFloat => match self.stack.last_mut() {
+                    Some(top @ Value::Int(_)) => {
+                        let Value::Int(n) = *top else { unreachable!() };
+                        *top = Value::Float(n as f64);
+                    }
+                    _ => fault!(Fault::new("internal: `float` of a non-integer")),
                 },
                 Op::AddIntK(k) => match self.stack.last_mut() {
                     Some(Value::Int(x)) => *x = x.wrapping_add(k as i64),
@@ -540,7 +559,7 @@ impl Machine {
                         }
                     }
                     Value::Builtin(i) => {
-                        let arity = crate::builtins::arity(TABLE[i as usize].2) as usize;
+                        let arity = crate::builtins::arity_of(i);
                         if args.len() < arity {
                             Action::Return(Value::Pap(Rc::new(Pap { callee: f, args })))
                         } else {
@@ -548,7 +567,11 @@ impl Machine {
                                 let rest = args.split_off(arity);
                                 self.frames.push(Frame::ApplyRest { args: rest, span });
                             }
-                            match self.builtin(i, args)? {
+                            let mut fixed: [Value; crate::builtins::MAX_ARITY] = Default::default();
+                            for (k, a) in args.into_iter().enumerate() {
+                                fixed[k] = a;
+                            }
+                            match self.builtin(i, fixed)? {
                                 BuiltinOut::Value(v) => Action::Return(v),
                                 BuiltinOut::Control(c) => match self.control(c, span)? {
                                     n @ Next::Run(..) => return Ok(n),
@@ -768,10 +791,13 @@ impl Machine {
         })
     }
 
-    fn builtin(&mut self, i: u32, args: Vec<Value>) -> FResult<BuiltinOut> {
+    fn builtin(&mut self, i: u32, mut args: [Value; crate::builtins::MAX_ARITY]) -> FResult<BuiltinOut> {
         let b = TABLE[i as usize].1;
-        let mut it = args.into_iter();
-        let mut arg = || it.next().unwrap_or_default();
+        let mut next = 0;
+        let mut arg = || {
+            next += 1;
+            std::mem::take(&mut args[next - 1])
+        };
         use crate::ad::rules::Un;
         let v = match b {
             B::Reset => return Ok(BuiltinOut::Control(Control::Reset(arg()))),

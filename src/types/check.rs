@@ -2,7 +2,7 @@
 //! elaborates the AST to core IR: names become slots, lambdas list their captures.
 
 use super::ty::{class, Printer, Scheme, Subst, Ty, UnifyError};
-use crate::builtins::{self, TABLE};
+use crate::builtins::TABLE;
 use crate::core::{Const, Core, Lambda, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
 use crate::source::Span;
@@ -1002,7 +1002,10 @@ impl Checker {
                 continue;
             }
             let d = edit_distance(x, n);
-            if d <= if x.chars().count() <= 4 { 1 } else { 2 } && d < x.len() && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn)) {
+            if d <= if x.chars().count() <= 4 { 1 } else { 2 }
+                && d < x.len()
+                && best.is_none_or(|(bd, bn)| d < bd || (d == bd && &**n < bn))
+            {
                 best = Some((d, n));
             }
         }
@@ -1585,8 +1588,4 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
-}
-
-pub fn builtin_arity(i: u32) -> u32 {
-    builtins::arity(TABLE[i as usize].2)
 }
