@@ -6,10 +6,12 @@ pub mod cli;
 pub mod core;
 pub mod diagnostic;
 pub mod eval;
+pub mod lsp;
 pub mod repl;
 pub mod session;
 pub mod source;
 pub mod syntax;
+pub mod tensor;
 pub mod types;
 
 pub use session::Session;

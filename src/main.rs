@@ -25,6 +25,8 @@ enum Command {
     Check { file: String },
     /// Start the interactive REPL (the default).
     Repl,
+    /// Run the language server (LSP over standard input and output).
+    Lsp,
 }
 
 fn main() -> ExitCode {
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
             Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
+            Some(Command::Lsp) => dp::lsp::serve(),
         })
         .expect("spawn the interpreter thread");
     match handle.join() {

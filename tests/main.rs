@@ -1,5 +1,7 @@
 //! The one integration-test binary: golden programs, error snapshots, AD properties, REPL.
 
+mod ad;
+mod editors;
 mod golden;
 mod repl;
 mod snapshots;

@@ -14,7 +14,9 @@ pub mod rules;
 
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::value::{ConsCell, RecordVal, Value};
+use crate::eval::value::{RecordVal, Value};
+use crate::tensor::ops::{self, TOp};
+use crate::tensor::Tensor;
 use rules::Un;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -33,12 +35,13 @@ pub struct Dual {
     pub tangent: Value,
 }
 
-/// An adjoint frame: on the way back, `a.adj += out.adj * da` (and the same for `b`).
+/// An adjoint frame, run on the way back.
 #[derive(Clone)]
-pub struct AdjFrame {
-    out: Rc<Tracked>,
-    a: Option<(Rc<Tracked>, Value)>,
-    b: Option<(Rc<Tracked>, Value)>,
+pub enum AdjFrame {
+    /// Elementwise: `a.adj += out.adj * da` (and the same for `b`), unbroadcast to a's shape.
+    Scale { out: Rc<Tracked>, a: Option<(Rc<Tracked>, Value)>, b: Option<(Rc<Tracked>, Value)> },
+    /// A tensor operation: its reverse rule maps `out.adj` to each input's contribution.
+    Op { out: Rc<Tracked>, op: TOp, inputs: Vec<Option<Rc<Tracked>>>, primals: Vec<Value> },
 }
 
 #[derive(Clone)]
@@ -85,9 +88,9 @@ pub fn strip_deep(v: &Value) -> Value {
 }
 
 /// Maps the differentiable leaves (Floats and perturbed values) of a structure.
-fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult<Value> {
+pub fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
-        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) => f(v)?,
+        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Tensor(_) => f(v)?,
         Value::Tuple(vs) => Value::Tuple(Rc::new(vs.iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?)),
         Value::Record(r) => Value::Record(Rc::new(RecordVal {
             names: r.names.clone(),
@@ -102,7 +105,7 @@ fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult
 }
 
 /// Zips the leaves of two structures of the same shape.
-fn zip_leaves(a: &Value, b: &Value, f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>) -> FResult<Value> {
+pub fn zip_leaves(a: &Value, b: &Value, f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match (a, b) {
         (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
             Value::Tuple(Rc::new(x.iter().zip(y.iter()).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?))
@@ -151,8 +154,56 @@ fn primal_at(v: &Value, tag: u32) -> Value {
 pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
+        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(t.map(|v| op.eval(v as f64) as f32)))),
         other => unary(m, op, other),
     }
+}
+
+/// The shape of a (possibly perturbed) value: [] for Floats.
+pub fn shape_of(v: &Value) -> Vec<usize> {
+    match strip(v) {
+        Value::Tensor(t) => t.shape().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// A zero of the same shape as `v`.
+pub fn zero_like(v: &Value) -> Value {
+    match strip(v) {
+        Value::Tensor(t) => Value::Tensor(Rc::new(Tensor::zeros(t.shape()))),
+        _ => Value::Float(0.0),
+    }
+}
+
+/// A tensor operation applied to perturbed arguments (see `tensor::ops::call`).
+pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    let tag = args.iter().map(tag_of).max().unwrap_or(0);
+    let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
+    let y = ops::call(m, op.clone(), primals.clone())?;
+    if args.iter().any(|a| matches!(a, Value::Dual(d) if d.tag == tag)) {
+        let tangents: Vec<Option<Value>> = args
+            .iter()
+            .map(|a| match a {
+                Value::Dual(d) if d.tag == tag => Some(d.tangent.clone()),
+                _ => None,
+            })
+            .collect();
+        let tangent = ops::jvp(m, &op, &primals, &y, &tangents)?;
+        return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
+    }
+    let inputs: Vec<Option<Rc<Tracked>>> = args
+        .iter()
+        .map(|a| match a {
+            Value::Tracked(t) if t.tag == tag => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
+    match m.grad_handler(tag) {
+        Some(h) => h.frames.push(AdjFrame::Op { out: out.clone(), op, inputs, primals }),
+        None => return Ok(y),
+    }
+    Ok(Value::Tracked(out))
 }
 
 pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
@@ -174,7 +225,7 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
             }
             let dy = op.deriv(m, &p, &y)?;
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
-            let frame = AdjFrame { out: out.clone(), a: Some((t.clone(), dy)), b: None };
+            let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
             if let Some(h) = m.grad_handler(tag) {
                 h.frames.push(frame);
             }
@@ -210,7 +261,7 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         (true, Value::Tracked(t)) => Some((t.clone(), d)),
         _ => None,
     };
-    let frame = AdjFrame { out: out.clone(), a: pick(&a, a_in, da), b: pick(&b, b_in, db) };
+    let frame = AdjFrame::Scale { out: out.clone(), a: pick(&a, a_in, da), b: pick(&b, b_in, db) };
     if let Some(h) = m.grad_handler(tag) {
         h.frames.push(frame);
     }
@@ -218,9 +269,17 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
 }
 
 fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
-    match (&a, &b) {
+    match (a, b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x + y)),
-        _ => m.prim2(Prim::Add, a, b),
+        // Adjoints accumulate in place when this sum is the only owner of the tensor.
+        (Value::Tensor(mut x), Value::Tensor(y)) if x.shape() == y.shape() => match Rc::get_mut(&mut x) {
+            Some(t) => {
+                *t.array_mut() += y.array();
+                Ok(Value::Tensor(x))
+            }
+            None => m.prim2(Prim::Add, Value::Tensor(x), Value::Tensor(y)),
+        },
+        (a, b) => m.prim2(Prim::Add, a, b),
     }
 }
 
@@ -232,6 +291,9 @@ fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
 }
 
 fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
+    // A broadcast input receives the sum of its copies' adjoints.
+    let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
+    let contribution = if want != have { ops::call(m, TOp::SumTo(want), vec![contribution])? } else { contribution };
     let old = cell.adj.borrow_mut().take();
     let new = match old {
         None => contribution,
@@ -256,22 +318,33 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
             m.interrupt.store(false, Ordering::Relaxed);
             return Err(Fault::new("interrupted"));
         }
-        let Some(g) = frame.out.adj.borrow_mut().take() else {
-            continue;
-        };
-        if let Some((a, da)) = frame.a {
-            let c = mul(m, g.clone(), da)?;
-            accumulate(m, &a, c)?;
-        }
-        if let Some((b, db)) = frame.b {
-            let c = mul(m, g, db)?;
-            accumulate(m, &b, c)?;
+        match frame {
+            AdjFrame::Scale { out, a, b } => {
+                let Some(g) = out.adj.borrow_mut().take() else { continue };
+                if let Some((a, da)) = a {
+                    let c = mul(m, g.clone(), da)?;
+                    accumulate(m, &a, c)?;
+                }
+                if let Some((b, db)) = b {
+                    let c = mul(m, g, db)?;
+                    accumulate(m, &b, c)?;
+                }
+            }
+            AdjFrame::Op { out, op, inputs, primals } => {
+                let Some(g) = out.adj.borrow_mut().take() else { continue };
+                let contributions = ops::vjp(m, &op, &primals, &out.primal, g)?;
+                for (inp, c) in inputs.iter().zip(contributions) {
+                    if let (Some(inp), Some(c)) = (inp, c) {
+                        accumulate(m, inp, c)?;
+                    }
+                }
+            }
         }
     }
     let grads = map_leaves(&state.input, &mut |leaf| {
         Ok(match leaf {
-            Value::Tracked(t) if t.tag == tag => t.adj.borrow().clone().unwrap_or(Value::Float(0.0)),
-            _ => Value::Float(0.0),
+            Value::Tracked(t) if t.tag == tag => t.adj.borrow().clone().unwrap_or_else(|| zero_like(&t.primal)),
+            other => zero_like(other),
         })
     })?;
     if state.with_value {
@@ -287,11 +360,8 @@ pub fn jvp_finish(_m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
     let tangent = map_leaves(&y, &mut |leaf| {
         Ok(match leaf {
             Value::Dual(d) if d.tag == tag => d.tangent.clone(),
-            _ => Value::Float(0.0),
+            other => zero_like(other),
         })
     })?;
     Ok(Value::Tuple(Rc::new(vec![primal, tangent])))
 }
-
-#[allow(dead_code)]
-fn _cons_unused(_: ConsCell) {}

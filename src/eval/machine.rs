@@ -730,6 +730,7 @@ impl Machine {
         match (p, &a) {
             (Prim::Neg, Value::Int(n)) => Ok(Value::Int(n.wrapping_neg())),
             (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
+            (Prim::Neg, Value::Tensor(t)) => Ok(Value::Tensor(Rc::new(t.map(|x| -x)))),
             (Prim::Neg, _) => ad::unary(self, crate::ad::rules::Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
@@ -762,6 +763,11 @@ impl Machine {
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if ad::is_ad(&a) || ad::is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
+            | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
+                return crate::tensor::ops::elementwise(p, &a, &b)
+            }
+            (Prim::MatMul, _, _) => return crate::tensor::ops::call(self, crate::tensor::ops::TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
             (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
@@ -828,6 +834,44 @@ impl Machine {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
                 x => self.math(Un::Abs, x)?,
             },
+            B::TensorOf
+            | B::Zeros
+            | B::Ones
+            | B::Full
+            | B::Arange
+            | B::Randn
+            | B::Uniform
+            | B::LoadNpy
+            | B::SaveNpy
+            | B::Shape
+            | B::Reshape
+            | B::Transpose
+            | B::Concat
+            | B::Slice
+            | B::Row
+            | B::Onehot
+            | B::Sum
+            | B::Mean
+            | B::Max
+            | B::SumAxis
+            | B::MeanAxis
+            | B::Argmax
+            | B::Softmax
+            | B::LogSoftmax
+            | B::Logsumexp
+            | B::Item
+            | B::ToList
+            | B::ToDevice => crate::tensor::builtins::call(self, b, &mut arg)?,
+            B::TreeAdd
+            | B::TreeSub
+            | B::TreeMul
+            | B::TreeDiv
+            | B::TreeScale
+            | B::TreeAddScalar
+            | B::TreeSqrt
+            | B::TreeClip
+            | B::TreeZeros
+            | B::TreeSumSquares => crate::tensor::tree::call(self, b, &mut arg)?,
             other => super::prims::pure(self, other, &mut arg)?,
         };
         Ok(BuiltinOut::Value(v))
@@ -931,6 +975,11 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                 }
             }
             (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((ad::strip(&x), ad::strip(&y))),
+            (Tensor(p), Tensor(q)) => {
+                if p.shape() != q.shape() || p.array() != q.array() {
+                    return Ok(false);
+                }
+            }
             (Closure(_) | Builtin(_) | Pap(_) | Cont(_), _) => {
                 return Err(Fault::new("cannot compare functions for equality"));
             }

@@ -30,6 +30,7 @@ pub enum Value {
     Tracked(Rc<crate::ad::Tracked>),
     /// A forward-mode dual number of a `jvp`.
     Dual(Rc<crate::ad::Dual>),
+    Tensor(Rc<crate::tensor::Tensor>),
 }
 
 pub struct ConsCell {
@@ -130,6 +131,7 @@ impl Value {
             Value::Con(_) => "variant",
             Value::Ref(_) => "Ref",
             Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_) => "function",
+            Value::Tensor(_) => "Tensor",
         }
     }
 }
@@ -262,5 +264,64 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
         Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) => out.push_str("<fun>"),
         Value::Cont(_) => out.push_str("<continuation>"),
         Value::Tracked(_) | Value::Dual(_) => show_into(&crate::ad::strip(v), top, out, depth),
+        Value::Tensor(t) => show_tensor(t, out),
+    }
+}
+
+/// `tensor [[1.0, 2.0], [3.0, 4.0]]`; large tensors show their shape and a summary.
+fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
+    let shape = t.shape();
+    if t.len() > 1000 {
+        let (mut lo, mut hi, mut sum) = (f32::INFINITY, f32::NEG_INFINITY, 0f64);
+        for &x in t.array().iter() {
+            lo = lo.min(x);
+            hi = hi.max(x);
+            sum += x as f64;
+        }
+        let _ = write!(
+            out,
+            "<tensor {} min {} max {} mean {}>",
+            crate::tensor::fmt_shape(shape),
+            fmt_f32(lo),
+            fmt_f32(hi),
+            fmt_f32((sum / t.len() as f64) as f32)
+        );
+        return;
+    }
+    out.push_str("tensor ");
+    let data: Vec<f32> = t.array().iter().copied().collect();
+    fn rec(data: &[f32], shape: &[usize], out: &mut String) {
+        match shape.split_first() {
+            None => out.push_str(&fmt_f32(data.first().copied().unwrap_or(0.0))),
+            Some((&n, rest)) => {
+                let stride: usize = rest.iter().product();
+                out.push('[');
+                for i in 0..n {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    rec(&data[i * stride..(i + 1) * stride], rest, out);
+                }
+                out.push(']');
+            }
+        }
+    }
+    rec(&data, shape, out);
+}
+
+/// Shortest float32 text that round-trips, with a `.0` where it would look like an Int.
+pub fn fmt_f32(x: f32) -> String {
+    if !x.is_finite() {
+        return fmt_float(x as f64);
+    }
+    let a = x.abs();
+    if a != 0.0 && !(1e-5..1e16).contains(&a) {
+        return format!("{x:e}");
+    }
+    let s = format!("{x}");
+    if s.contains('.') {
+        s
+    } else {
+        format!("{s}.0")
     }
 }

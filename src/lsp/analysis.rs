@@ -159,9 +159,7 @@ impl Analysis {
         ch.binding_sites
             .iter()
             .rev()
-            .find(|(n, s, _)| {
-                &**n == name && s.file == self.file && s.start <= def_span.start && def_span.end <= s.end
-            })
+            .find(|(n, s, _)| &**n == name && s.file == self.file && s.start <= def_span.start && def_span.end <= s.end)
             .map(|(_, _, t)| ch.show(t))
     }
 
@@ -185,9 +183,10 @@ impl Analysis {
     }
 
     fn constructor_type(&self, name: &str, base: Option<&Session>) -> Option<String> {
-        [self.session.as_ref(), base].into_iter().flatten().find_map(|s| {
-            s.checker.constructor(name).map(|c| s.checker.show(&c.scheme.ty))
-        })
+        [self.session.as_ref(), base]
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.checker.constructor(name).map(|c| s.checker.show(&c.scheme.ty)))
     }
 
     /// `module.name`'s type, by checking that expression in the document's final scope.
@@ -247,9 +246,9 @@ impl Analysis {
             }
             (_, None) => {
                 // Not bound in this document: a builtin or a prelude function.
-                let ty = base.and_then(|b| b.checker.type_of_name(&occ.name)).or_else(|| {
-                    self.session.as_ref().and_then(|s| s.checker.type_of_name(&occ.name))
-                })?;
+                let ty = base
+                    .and_then(|b| b.checker.type_of_name(&occ.name))
+                    .or_else(|| self.session.as_ref().and_then(|s| s.checker.type_of_name(&occ.name)))?;
                 format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name)))
             }
         };
@@ -418,12 +417,18 @@ impl Analysis {
                 }
                 ItemKind::LetRec(fs) => {
                     for f in fs {
-                        let Some(d) = defs.iter().find(|d| d.kind == DefKind::TopLevel && d.span == f.name_span)
-                        else {
+                        let Some(d) = defs.iter().find(|d| d.kind == DefKind::TopLevel && d.span == f.name_span) else {
                             continue;
                         };
                         let r = self.range(f.name_span.to(f.body.span));
-                        out.push(sym(&f.name, self.def_type(d), lsp::SymbolKind::FUNCTION, r, self.range(d.span), None));
+                        out.push(sym(
+                            &f.name,
+                            self.def_type(d),
+                            lsp::SymbolKind::FUNCTION,
+                            r,
+                            self.range(d.span),
+                            None,
+                        ));
                     }
                 }
                 ItemKind::Type(t) => {
@@ -477,7 +482,8 @@ fn word_at(text: &str, offset: usize) -> Option<(usize, usize)> {
     while !text.is_char_boundary(offset) {
         offset -= 1;
     }
-    let lo = text[..offset].char_indices().rev().take_while(|(_, c)| is_ident_char(*c)).last().map_or(offset, |(i, _)| i);
+    let lo =
+        text[..offset].char_indices().rev().take_while(|(_, c)| is_ident_char(*c)).last().map_or(offset, |(i, _)| i);
     let hi = text[offset..].char_indices().find(|(_, c)| !is_ident_char(*c)).map_or(text.len(), |(i, _)| offset + i);
     let w = &text[lo..hi];
     (lo < hi && !w.starts_with(|c: char| c.is_ascii_digit() || c == '\'')).then_some((lo, hi))

@@ -37,7 +37,9 @@ pub enum OccKind {
     Constructor,
     Type,
     /// `module.name`: the name part.
-    Member { module: String },
+    Member {
+        module: String,
+    },
     /// A record field name (not resolved).
     Field,
 }
@@ -61,7 +63,14 @@ impl Index {
     /// Resolves a parsed program. `len` is the text's length (top-level names stay visible to
     /// its end).
     pub fn build(items: &[Item], len: usize) -> Index {
-        let mut r = Resolver { ix: Index::default(), env: Vec::new(), types: HashMap::new(), cons: HashMap::new(), item: 0, eof: len as u32 };
+        let mut r = Resolver {
+            ix: Index::default(),
+            env: Vec::new(),
+            types: HashMap::new(),
+            cons: HashMap::new(),
+            item: 0,
+            eof: len as u32,
+        };
         for (i, it) in items.iter().enumerate() {
             r.item = i;
             r.item_(it);

@@ -959,6 +959,29 @@ impl Checker {
         })
     }
 
+    /// `tensor`'s argument: a Float or lists nested to any depth with Floats inside.
+    fn check_nested_floats(&mut self, t: &Ty, span: Span) -> R<()> {
+        let mut cur = self.subst.prune(t);
+        loop {
+            match cur {
+                Ty::Con(ref n, ref args) if &**n == "List" => cur = self.subst.prune(&args[0]),
+                Ty::Var(_) => return self.unify_at(&Ty::float(), &cur, span, None),
+                ref other if other.is_con("Float") => return Ok(()),
+                _ => {
+                    let shown = self.show(t);
+                    return Err(Diagnostic::error(
+                        Phase::Type,
+                        format!("`tensor` expects Floats in nested lists, found `{shown}`"),
+                    )
+                    .label(span, format!("this has type `{shown}`"))
+                    .help(
+                        "write Float literals such as `tensor [[1.0, 2.0], [3.0, 4.0]]`; convert Ints with `float`",
+                    ));
+                }
+            }
+        }
+    }
+
     fn require(&mut self, c: u8, t: &Ty, span: Span) -> R<()> {
         self.subst.require_class(c, t).map_err(|e| self.unify_error(e, t, t, span, None))
     }
@@ -1103,6 +1126,12 @@ impl Checker {
                     break;
                 }
             };
+            if i == 0 && builtin_name == Some("tensor") {
+                if let Err(e) = self.check_nested_floats(&ta, a.span) {
+                    result = Err(e);
+                    break;
+                }
+            }
             if i == 0 && builtin_name == Some("shift") {
                 if let Some((d, ans)) = self.resets.last().cloned() {
                     if d == self.fun_depth() {

@@ -1,5 +1,6 @@
 // Headless tests of the dp TextMate grammar (editors/vscode/syntaxes/dp.tmLanguage.json)
-// and of the VS Code extension manifest. Run: `npm ci && npm test` in this folder.
+// and of the VS Code extension manifest. Run: `npm ci && npm test` in this folder
+// (extension.test.js, run by `npm test` too, covers extension.js).
 //
 // 1. The assertions in editors/tests/fixture.dp (Sublime-style `// ^^^ scope` lines) must hold.
 // 2. Every examples/*.dp and stdlib/*.dp file (and those in $DP_GRAMMAR_EXTRA_DIRS) tokenizes in time, without any `invalid` scope,

@@ -1,0 +1,209 @@
+//! The tensor builtins of LANGUAGE.md "Tensors": construction, shape operations, reductions,
+//! conversions. Differentiable ones go through `ops::call`.
+
+use super::ops::{self, TOp};
+use super::{fmt_shape, npy, Rng, Tensor};
+use crate::ad;
+use crate::builtins::B;
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::Value;
+use std::rc::Rc;
+
+fn wrap(t: Tensor) -> Value {
+    Value::Tensor(Rc::new(t))
+}
+
+fn int(v: &Value) -> FResult<i64> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(Fault::new(format!("internal: expected an Int, got {}", other.type_name()))),
+    }
+}
+
+fn index(v: &Value, what: &str) -> FResult<usize> {
+    let n = int(v)?;
+    usize::try_from(n).map_err(|_| Fault::new(format!("{what} must not be negative (got {n})")))
+}
+
+fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
+    let dims = v.iter_list().map(|d| index(d, "a dimension")).collect::<FResult<Vec<_>>>()?;
+    let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    match n {
+        Some(n) if n <= 1 << 31 => Ok(dims),
+        _ => Err(Fault::new(format!("shape {} is too large", fmt_shape(&dims)))),
+    }
+}
+
+fn float(v: &Value) -> FResult<f64> {
+    match ad::strip(v) {
+        Value::Float(x) => Ok(x),
+        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
+    }
+}
+
+fn string(v: &Value) -> FResult<String> {
+    match v {
+        Value::Str(s) => Ok(s.to_string()),
+        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
+    }
+}
+
+fn plain_tensor(v: &Value) -> FResult<Rc<Tensor>> {
+    match ad::strip(v) {
+        Value::Tensor(t) => Ok(t),
+        other => Err(Fault::new(format!("internal: expected a Tensor, got {}", other.type_name()))),
+    }
+}
+
+/// Nested lists of Floats to a tensor (`tensor [[1.0, 2.0], [3.0, 4.0]]`).
+fn from_nested(v: &Value) -> FResult<Tensor> {
+    let mut shape = Vec::new();
+    let mut cur = v.clone();
+    while let Value::Nil | Value::Cons(_) = cur {
+        let n = cur.iter_list().count();
+        shape.push(n);
+        let first = cur.iter_list().next().cloned();
+        match first {
+            Some(f) => cur = f,
+            None => break,
+        }
+    }
+    let mut data = Vec::new();
+    fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<f32>) -> FResult<()> {
+        if depth == shape.len() {
+            return match ad::strip(v) {
+                Value::Float(x) => {
+                    data.push(x as f32);
+                    Ok(())
+                }
+                other => Err(Fault::new(format!("tensor: expected a Float, found a {}", other.type_name()))),
+            };
+        }
+        let n = v.iter_list().count();
+        if n != shape[depth] {
+            return Err(Fault::new(format!(
+                "tensor: ragged nested list (a row of length {n} where {} was expected)",
+                shape[depth]
+            )));
+        }
+        v.iter_list().try_for_each(|x| walk(x, depth + 1, shape, data))
+    }
+    walk(v, 0, &shape, &mut data)?;
+    Ok(Tensor::from_vec(&shape, data)?)
+}
+
+pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
+    Ok(match b {
+        B::TensorOf => wrap(from_nested(&arg())?),
+        B::Zeros => wrap(Tensor::zeros(&shape_arg(&arg())?)),
+        B::Ones => wrap(Tensor::full(&shape_arg(&arg())?, 1.0)),
+        B::Full => {
+            let s = shape_arg(&arg())?;
+            wrap(Tensor::full(&s, float(&arg())? as f32))
+        }
+        B::Arange => {
+            let n = index(&arg(), "arange's length")?;
+            wrap(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)
+        }
+        B::Randn => {
+            let seed = int(&arg())?;
+            let s = shape_arg(&arg())?;
+            let mut rng = Rng::new(seed as u64);
+            let n = s.iter().product();
+            wrap(Tensor::from_vec(&s, (0..n).map(|_| rng.normal() as f32).collect())?)
+        }
+        B::Uniform => {
+            let seed = int(&arg())?;
+            let (lo, hi) = (float(&arg())?, float(&arg())?);
+            let s = shape_arg(&arg())?;
+            let mut rng = Rng::new(seed as u64);
+            let n = s.iter().product();
+            wrap(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)
+        }
+        B::LoadNpy => wrap(npy::load(&string(&arg())?)?),
+        B::SaveNpy => {
+            let path = string(&arg())?;
+            let t = plain_tensor(&arg())?;
+            npy::save(&path, &t)?;
+            Value::Unit
+        }
+        B::Shape => {
+            let t = plain_tensor(&arg())?;
+            Value::list(t.shape().iter().map(|&d| Value::Int(d as i64)).collect::<Vec<_>>().into_iter())
+        }
+        B::Reshape => {
+            let t = arg();
+            let s = shape_arg(&arg())?;
+            ops::call(m, TOp::Reshape(s), vec![t])?
+        }
+        B::Transpose => ops::call(m, TOp::Transpose, vec![arg()])?,
+        B::Concat => {
+            let axis = index(&arg(), "concat's axis")?;
+            let ts: Vec<Value> = arg().iter_list().cloned().collect();
+            ops::call(m, TOp::Concat(axis), ts)?
+        }
+        B::Slice => {
+            let t = arg();
+            let axis = index(&arg(), "slice's axis")?;
+            let lo = index(&arg(), "slice's start")?;
+            let hi = index(&arg(), "slice's end")?;
+            ops::call(m, TOp::Slice(axis, lo, hi), vec![t])?
+        }
+        B::Row => {
+            let t = arg();
+            let i = index(&arg(), "a row index")?;
+            ops::call(m, TOp::Row(i), vec![t])?
+        }
+        B::Onehot => {
+            let n = index(&arg(), "onehot's size")?;
+            let i = index(&arg(), "onehot's index")?;
+            if i >= n {
+                return Err(Fault::new(format!("onehot {n} {i}: the index must be below {n}")));
+            }
+            let mut v = vec![0.0; n];
+            v[i] = 1.0;
+            wrap(Tensor::from_vec(&[n], v)?)
+        }
+        B::Sum => ops::call(m, TOp::Sum, vec![arg()])?,
+        B::Mean => ops::call(m, TOp::Mean, vec![arg()])?,
+        B::Max => ops::call(m, TOp::Max, vec![arg()])?,
+        B::SumAxis => {
+            let t = arg();
+            let a = index(&arg(), "an axis")?;
+            ops::call(m, TOp::SumAxis(a), vec![t])?
+        }
+        B::MeanAxis => {
+            let t = arg();
+            let a = index(&arg(), "an axis")?;
+            ops::call(m, TOp::MeanAxis(a), vec![t])?
+        }
+        B::Argmax => {
+            let t = plain_tensor(&arg())?;
+            match ops::argmax(&t) {
+                Some(i) => Value::Int(i as i64),
+                None => return Err(Fault::new("argmax of an empty tensor")),
+            }
+        }
+        B::Softmax => ops::call(m, TOp::Softmax, vec![arg()])?,
+        B::LogSoftmax => ops::call(m, TOp::LogSoftmax, vec![arg()])?,
+        B::Logsumexp => ops::call(m, TOp::Logsumexp, vec![arg()])?,
+        B::Item => ops::call(m, TOp::Item, vec![arg()])?,
+        B::ToList => {
+            let t = plain_tensor(&arg())?;
+            Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
+        }
+        B::ToDevice => {
+            let dev = string(&arg())?;
+            let t = arg();
+            match dev.as_str() {
+                "cpu" => t,
+                "gpu" => {
+                    return Err(Fault::new("no GPU backend in this build: tensors live on the CPU")
+                        .help("`to_device \"cpu\" t` is the only device for now"))
+                }
+                other => return Err(Fault::new(format!("unknown device `{other}` (known: cpu, gpu)"))),
+            }
+        }
+        other => return Err(Fault::new(format!("internal: {other:?} is not a tensor builtin"))),
+    })
+}

@@ -1,0 +1,454 @@
+//! The tensor operation table: each operation's forward definition (on plain tensors), its
+//! reverse rule (`vjp`) and its forward rule (`jvp`), side by side. Rules are written with
+//! `call` and the machine's generic arithmetic, so they are differentiable themselves and
+//! higher-order derivatives through tensor code need nothing extra.
+
+use super::{fmt_shape, matmul, sum_to, transpose, zip_with, Tensor};
+use crate::ad;
+use crate::core::Prim;
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::Value;
+use ndarray::{ArrayD, Axis, IxDyn, Slice};
+use std::rc::Rc;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TOp {
+    MatMul,
+    /// All elements to a Float.
+    Sum,
+    Mean,
+    Max,
+    Logsumexp,
+    Item,
+    SumAxis(usize),
+    MeanAxis(usize),
+    /// Sum a broadcast result back down to a shape (the adjoint of broadcasting).
+    SumTo(Vec<usize>),
+    /// Broadcast a tensor (or Float) up to a shape.
+    BroadcastTo(Vec<usize>),
+    Reshape(Vec<usize>),
+    Transpose,
+    Row(usize),
+    /// A zero tensor of the shape with one row set (the adjoint of `Row`).
+    ScatterRow(usize, Vec<usize>),
+    Softmax,
+    LogSoftmax,
+    Concat(usize),
+    Slice(usize, usize, usize),
+    /// Zero padding around a slice (the adjoint of `Slice`): axis, offset, full shape.
+    Unslice(usize, usize, Vec<usize>),
+    /// 1 where the input is positive, else 0 (relu's derivative; not differentiable).
+    Step,
+    /// The sign of each element (abs's derivative; not differentiable).
+    Sign,
+    /// 1 at the position of the maximum (max's derivative; not differentiable).
+    ArgmaxMask,
+}
+
+fn tensor_of(v: &Value) -> FResult<&Tensor> {
+    match v {
+        Value::Tensor(t) => Ok(t),
+        other => Err(Fault::new(format!("internal: expected a Tensor, got {}", other.type_name()))),
+    }
+}
+
+fn wrap(t: Tensor) -> Value {
+    Value::Tensor(Rc::new(t))
+}
+
+fn last_axis(t: &Tensor) -> FResult<Axis> {
+    if t.shape().is_empty() {
+        return Err(Fault::new("softmax of a scalar tensor (it needs at least one axis)"));
+    }
+    Ok(Axis(t.shape().len() - 1))
+}
+
+fn softmax_array(x: &ArrayD<f32>, ax: Axis) -> ArrayD<f32> {
+    let max = x.map_axis(ax, |r| r.fold(f32::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+    let e = (x - &max).mapv(f32::exp);
+    let s = e.sum_axis(ax).insert_axis(ax);
+    e / s
+}
+
+fn check_axis(t: &Tensor, axis: usize, what: &str) -> FResult<()> {
+    if axis >= t.shape().len() {
+        return Err(Fault::new(format!(
+            "{what}: axis {axis} is out of range for a tensor of shape {}",
+            fmt_shape(t.shape())
+        )));
+    }
+    Ok(())
+}
+
+/// The forward definition of `op` on plain values.
+pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
+    let t0 = || tensor_of(&args[0]);
+    Ok(match op {
+        TOp::MatMul => wrap(matmul(t0()?, tensor_of(&args[1])?)?),
+        TOp::Sum => Value::Float(t0()?.array().iter().map(|&x| x as f64).sum()),
+        TOp::Mean => {
+            let t = t0()?;
+            if t.is_empty() {
+                return Err(Fault::new("mean of an empty tensor"));
+            }
+            Value::Float(t.array().iter().map(|&x| x as f64).sum::<f64>() / t.len() as f64)
+        }
+        TOp::Max => {
+            let t = t0()?;
+            if t.is_empty() {
+                return Err(Fault::new("max of an empty tensor"));
+            }
+            Value::Float(t.array().iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64)
+        }
+        TOp::Logsumexp => {
+            let t = t0()?;
+            let m = t.array().iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+            let s: f64 = t.array().iter().map(|&x| (x as f64 - m).exp()).sum();
+            Value::Float(m + s.ln())
+        }
+        TOp::Item => {
+            let t = t0()?;
+            if t.len() != 1 {
+                return Err(Fault::new(format!("item needs a one-element tensor, got shape {}", fmt_shape(t.shape()))));
+            }
+            Value::Float(t.array().iter().next().copied().unwrap_or(0.0) as f64)
+        }
+        TOp::SumAxis(a) | TOp::MeanAxis(a) => {
+            let t = t0()?;
+            check_axis(t, *a, "sum_axis")?;
+            let s = t.array().sum_axis(Axis(*a));
+            let n = t.shape()[*a].max(1) as f32;
+            wrap(Tensor::from_array(if matches!(op, TOp::MeanAxis(_)) { s / n } else { s }))
+        }
+        TOp::SumTo(shape) => match &args[0] {
+            Value::Float(x) if shape.is_empty() => Value::Float(*x),
+            Value::Float(x) => wrap(Tensor::full(shape, *x as f32)),
+            v => {
+                let t = tensor_of(v)?;
+                if shape.is_empty() && !t.shape().is_empty() {
+                    Value::Float(t.array().iter().map(|&x| x as f64).sum())
+                } else {
+                    wrap(sum_to(t, shape)?)
+                }
+            }
+        },
+        TOp::BroadcastTo(shape) => match &args[0] {
+            Value::Float(x) => wrap(Tensor::full(shape, *x as f32)),
+            v => {
+                let t = tensor_of(v)?;
+                let b = t.array().broadcast(IxDyn(shape)).ok_or_else(|| {
+                    Fault::new(format!("cannot broadcast shape {} to {}", fmt_shape(t.shape()), fmt_shape(shape)))
+                })?;
+                wrap(Tensor::from_array(b.to_owned()))
+            }
+        },
+        TOp::Reshape(shape) => {
+            let t = t0()?;
+            let n: usize = shape.iter().product();
+            if n != t.len() {
+                return Err(Fault::new(format!(
+                    "cannot reshape a tensor of shape {} ({} elements) to {} ({n} elements)",
+                    fmt_shape(t.shape()),
+                    t.len(),
+                    fmt_shape(shape)
+                )));
+            }
+            let a = t.array().as_standard_layout().to_owned();
+            wrap(Tensor::from_array(a.into_shape_with_order(IxDyn(shape)).map_err(|e| Fault::new(e.to_string()))?))
+        }
+        TOp::Transpose => wrap(transpose(t0()?)),
+        TOp::Row(i) => {
+            let t = t0()?;
+            if t.shape().is_empty() || *i >= t.shape()[0] {
+                return Err(Fault::new(format!(
+                    "row {i} is out of range for a tensor of shape {}",
+                    fmt_shape(t.shape())
+                )));
+            }
+            wrap(Tensor::from_array(t.array().index_axis(Axis(0), *i).to_owned()))
+        }
+        TOp::ScatterRow(i, shape) => {
+            let g = t0()?;
+            let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+            out.index_axis_mut(Axis(0), *i).assign(g.array());
+            wrap(Tensor::from_array(out))
+        }
+        TOp::Softmax => {
+            let t = t0()?;
+            wrap(Tensor::from_array(softmax_array(t.array(), last_axis(t)?)))
+        }
+        TOp::LogSoftmax => {
+            let t = t0()?;
+            let ax = last_axis(t)?;
+            let x = t.array();
+            let max = x.map_axis(ax, |r| r.fold(f32::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+            let shifted = x - &max;
+            let lse = shifted.mapv(f32::exp).sum_axis(ax).mapv(f32::ln).insert_axis(ax);
+            wrap(Tensor::from_array(shifted - lse))
+        }
+        TOp::Concat(axis) => {
+            let ts = args.iter().map(tensor_of).collect::<FResult<Vec<_>>>()?;
+            if ts.is_empty() {
+                return Err(Fault::new("concat of an empty list"));
+            }
+            check_axis(ts[0], *axis, "concat")?;
+            let views: Vec<_> = ts.iter().map(|t| t.array().view()).collect();
+            let a = ndarray::concatenate(Axis(*axis), &views).map_err(|_| {
+                Fault::new(format!(
+                    "concat along axis {axis}: shapes {} do not agree on the other axes",
+                    ts.iter().map(|t| fmt_shape(t.shape())).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            wrap(Tensor::from_array(a))
+        }
+        TOp::Slice(axis, lo, hi) => {
+            let t = t0()?;
+            check_axis(t, *axis, "slice")?;
+            if lo > hi || *hi > t.shape()[*axis] {
+                return Err(Fault::new(format!(
+                    "slice {lo}..{hi} on axis {axis} is out of range for shape {}",
+                    fmt_shape(t.shape())
+                )));
+            }
+            wrap(Tensor::from_array(t.array().slice_axis(Axis(*axis), Slice::from(*lo..*hi)).to_owned()))
+        }
+        TOp::Unslice(axis, lo, shape) => {
+            let g = t0()?;
+            let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+            let n = g.shape()[*axis];
+            out.slice_axis_mut(Axis(*axis), Slice::from(*lo..*lo + n)).assign(g.array());
+            wrap(Tensor::from_array(out))
+        }
+        TOp::Step => wrap(t0()?.map(|x| if x > 0.0 { 1.0 } else { 0.0 })),
+        TOp::Sign => wrap(t0()?.map(|x| if x >= 0.0 { 1.0 } else { -1.0 })),
+        TOp::ArgmaxMask => {
+            let t = t0()?;
+            let mut out = ArrayD::<f32>::zeros(IxDyn(t.shape()));
+            if let Some(i) = argmax(t) {
+                if let Some(x) = out.iter_mut().nth(i) {
+                    *x = 1.0;
+                }
+            }
+            wrap(Tensor::from_array(out))
+        }
+    })
+}
+
+pub fn argmax(t: &Tensor) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &x) in t.array().iter().enumerate() {
+        if best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
+pub fn call(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    if !args.iter().any(ad::is_ad) {
+        return forward(&op, &args);
+    }
+    ad::tensor_op(m, op, args)
+}
+
+fn shape_of(v: &Value) -> Vec<usize> {
+    match ad::strip(v) {
+        Value::Tensor(t) => t.shape().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+    m.prim2(Prim::Mul, a, b)
+}
+
+/// Sums over the last axis, keeping it (for the softmax rules).
+fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
+    let mut shape = shape_of(&v);
+    let Some(last) = shape.len().checked_sub(1) else { return Ok(v) };
+    let s = call(m, TOp::SumAxis(last), vec![v])?;
+    shape[last] = 1;
+    call(m, TOp::Reshape(shape), vec![s])
+}
+
+/// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
+pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FResult<Vec<Option<Value>>> {
+    let s0 = shape_of(&xs[0]);
+    Ok(match op {
+        TOp::MatMul => {
+            let (sa, sb) = (s0.len(), shape_of(&xs[1]).len());
+            let (a, b) = (xs[0].clone(), xs[1].clone());
+            match (sa, sb) {
+                (2, 2) => {
+                    let bt = call(m, TOp::Transpose, vec![b])?;
+                    let at = call(m, TOp::Transpose, vec![a])?;
+                    vec![Some(call(m, TOp::MatMul, vec![g.clone(), bt])?), Some(call(m, TOp::MatMul, vec![at, g])?)]
+                }
+                (2, 1) => {
+                    let n = shape_of(&g)[0];
+                    let k = shape_of(&b)[0];
+                    let gc = call(m, TOp::Reshape(vec![n, 1]), vec![g.clone()])?;
+                    let br = call(m, TOp::Reshape(vec![1, k]), vec![b])?;
+                    let at = call(m, TOp::Transpose, vec![a])?;
+                    vec![Some(call(m, TOp::MatMul, vec![gc, br])?), Some(call(m, TOp::MatMul, vec![at, g])?)]
+                }
+                (1, 2) => {
+                    let k = shape_of(&a)[0];
+                    let n = shape_of(&g)[0];
+                    let ac = call(m, TOp::Reshape(vec![k, 1]), vec![a])?;
+                    let gr = call(m, TOp::Reshape(vec![1, n]), vec![g.clone()])?;
+                    vec![Some(call(m, TOp::MatMul, vec![b, g])?), Some(call(m, TOp::MatMul, vec![ac, gr])?)]
+                }
+                _ => vec![Some(mul(m, g.clone(), b)?), Some(mul(m, g, a)?)],
+            }
+        }
+        TOp::Sum | TOp::Item => vec![Some(call(m, TOp::BroadcastTo(s0), vec![g])?)],
+        TOp::Mean => {
+            let n = s0.iter().product::<usize>().max(1) as f64;
+            let gn = m.prim2(Prim::Div, g, Value::Float(n))?;
+            vec![Some(call(m, TOp::BroadcastTo(s0), vec![gn])?)]
+        }
+        TOp::Max => {
+            let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+            vec![Some(mul(m, mask, g)?)]
+        }
+        TOp::Logsumexp => {
+            // d lse / dx = exp(x - lse)
+            let d = m.prim2(Prim::Sub, xs[0].clone(), y.clone())?;
+            let e = ad::apply_un(m, crate::ad::rules::Un::Exp, d)?;
+            vec![Some(mul(m, e, g)?)]
+        }
+        TOp::SumAxis(a) | TOp::MeanAxis(a) => {
+            let mut kept = s0.clone();
+            kept[*a] = 1;
+            let gr = call(m, TOp::Reshape(kept), vec![g])?;
+            let gr =
+                if matches!(op, TOp::MeanAxis(_)) { m.prim2(Prim::Div, gr, Value::Float(s0[*a] as f64))? } else { gr };
+            vec![Some(call(m, TOp::BroadcastTo(s0), vec![gr])?)]
+        }
+        TOp::SumTo(_) => vec![Some(call(m, TOp::BroadcastTo(s0), vec![g])?)],
+        TOp::BroadcastTo(_) => vec![Some(call(m, TOp::SumTo(s0), vec![g])?)],
+        TOp::Reshape(_) => vec![Some(call(m, TOp::Reshape(s0), vec![g])?)],
+        TOp::Transpose => vec![Some(call(m, TOp::Transpose, vec![g])?)],
+        TOp::Row(i) => vec![Some(call(m, TOp::ScatterRow(*i, s0), vec![g])?)],
+        TOp::ScatterRow(i, _) => vec![Some(call(m, TOp::Row(*i), vec![g])?)],
+        TOp::Softmax => {
+            let gy = mul(m, g.clone(), y.clone())?;
+            let s = sum_last_keep(m, gy)?;
+            let d = m.prim2(Prim::Sub, g, s)?;
+            vec![Some(mul(m, y.clone(), d)?)]
+        }
+        TOp::LogSoftmax => {
+            let p = ad::apply_un(m, crate::ad::rules::Un::Exp, y.clone())?;
+            let s = sum_last_keep(m, g.clone())?;
+            let ps = mul(m, p, s)?;
+            vec![Some(m.prim2(Prim::Sub, g, ps)?)]
+        }
+        TOp::Concat(axis) => {
+            let mut out = Vec::new();
+            let mut lo = 0;
+            for x in xs {
+                let n = shape_of(x)[*axis];
+                out.push(Some(call(m, TOp::Slice(*axis, lo, lo + n), vec![g.clone()])?));
+                lo += n;
+            }
+            out
+        }
+        TOp::Slice(axis, lo, _) => vec![Some(call(m, TOp::Unslice(*axis, *lo, s0), vec![g])?)],
+        TOp::Unslice(axis, lo, _) => {
+            let n = s0[*axis];
+            vec![Some(call(m, TOp::Slice(*axis, *lo, lo + n), vec![g])?)]
+        }
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => vec![None],
+    })
+}
+
+/// Forward rule: the output tangent, given input tangents (None = zero).
+pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Value>]) -> FResult<Value> {
+    let linear = |m: &mut Machine, ts: &[Option<Value>]| -> FResult<Value> {
+        match &ts[0] {
+            Some(t) => call(m, op.clone(), vec![t.clone()]),
+            None => Ok(Value::Float(0.0)),
+        }
+    };
+    match op {
+        TOp::MatMul => {
+            let mut acc = Value::Float(0.0);
+            if let Some(ta) = &ts[0] {
+                acc = call(m, TOp::MatMul, vec![ta.clone(), xs[1].clone()])?;
+            }
+            if let Some(tb) = &ts[1] {
+                let c = call(m, TOp::MatMul, vec![xs[0].clone(), tb.clone()])?;
+                acc = m.prim2(Prim::Add, acc, c)?;
+            }
+            Ok(acc)
+        }
+        TOp::Concat(_) => {
+            let parts = xs
+                .iter()
+                .zip(ts)
+                .map(|(x, t)| match t {
+                    Some(t) => Ok(t.clone()),
+                    None => forward(&TOp::BroadcastTo(shape_of(x)), &[Value::Float(0.0)]),
+                })
+                .collect::<FResult<Vec<_>>>()?;
+            call(m, op.clone(), parts)
+        }
+        TOp::Max | TOp::Logsumexp | TOp::Softmax | TOp::LogSoftmax => {
+            // Contract the tangent with the reverse rule's weights: exact for these ops.
+            let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
+            match op {
+                TOp::Max => {
+                    let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+                    let p = mul(m, mask, t.clone())?;
+                    call(m, TOp::Sum, vec![p])
+                }
+                TOp::Logsumexp => {
+                    let d = m.prim2(Prim::Sub, xs[0].clone(), y.clone())?;
+                    let e = ad::apply_un(m, crate::ad::rules::Un::Exp, d)?;
+                    let p = mul(m, e, t.clone())?;
+                    call(m, TOp::Sum, vec![p])
+                }
+                TOp::Softmax => {
+                    let ty = mul(m, t.clone(), y.clone())?;
+                    let s = sum_last_keep(m, ty)?;
+                    let d = m.prim2(Prim::Sub, t.clone(), s)?;
+                    mul(m, y.clone(), d)
+                }
+                _ => {
+                    let p = ad::apply_un(m, crate::ad::rules::Un::Exp, y.clone())?;
+                    let pt = mul(m, p, t.clone())?;
+                    let s = sum_last_keep(m, pt)?;
+                    m.prim2(Prim::Sub, t.clone(), s)
+                }
+            }
+        }
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
+        _ => linear(m, ts),
+    }
+}
+
+/// Elementwise arithmetic on plain tensors and Floats (broadcasting).
+pub fn elementwise(p: Prim, a: &Value, b: &Value) -> FResult<Value> {
+    let f: fn(f32, f32) -> f32 = match p {
+        Prim::Add => |x, y| x + y,
+        Prim::Sub => |x, y| x - y,
+        Prim::Mul => |x, y| x * y,
+        Prim::Div => |x, y| x / y,
+        Prim::Pow => f32::powf,
+        _ => return Err(Fault::new(format!("internal: `{p:?}` on tensors"))),
+    };
+    Ok(match (a, b) {
+        (Value::Tensor(x), Value::Tensor(y)) => wrap(zip_with(x, y, f)?),
+        (Value::Tensor(x), Value::Float(y)) => {
+            let y = *y as f32;
+            wrap(x.map(|v| f(v, y)))
+        }
+        (Value::Float(x), Value::Tensor(y)) => {
+            let x = *x as f32;
+            wrap(y.map(|v| f(x, v)))
+        }
+        _ => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
+    })
+}

@@ -1,0 +1,69 @@
+//! Arithmetic over whole differentiable structures — tuples, records and lists whose leaves
+//! are Floats and Tensors — so optimisers in `stdlib/optim.dp` work on any parameter shape.
+//! Leaves combine with the machine's own arithmetic (so these are differentiable too).
+
+use crate::ad::{self, map_leaves, zip_leaves};
+use crate::builtins::B;
+use crate::core::Prim;
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::Value;
+use crate::tensor::ops::{self, TOp};
+
+fn float(v: &Value) -> FResult<f64> {
+    match ad::strip(v) {
+        Value::Float(x) => Ok(x),
+        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
+    }
+}
+
+fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
+    ad::apply_un(m, crate::ad::rules::Un::Sqrt, v)
+}
+
+fn clip(v: &Value, lo: f64, hi: f64) -> Value {
+    match ad::strip(v) {
+        Value::Float(x) => Value::Float(x.clamp(lo, hi)),
+        Value::Tensor(t) => {
+            let (lo, hi) = (lo as f32, hi as f32);
+            Value::Tensor(std::rc::Rc::new(t.map(|x| x.clamp(lo, hi))))
+        }
+        other => other,
+    }
+}
+
+pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
+    // Leaves are combined through a raw pointer-free closure over `m`.
+    let mut two =
+        |m: &mut Machine, p: Prim, x: Value, y: Value| zip_leaves(&x, &y, &mut |a, b| m.prim2(p, a.clone(), b.clone()));
+    Ok(match b {
+        B::TreeAdd => two(m, Prim::Add, arg(), arg())?,
+        B::TreeSub => two(m, Prim::Sub, arg(), arg())?,
+        B::TreeMul => two(m, Prim::Mul, arg(), arg())?,
+        B::TreeDiv => two(m, Prim::Div, arg(), arg())?,
+        B::TreeScale => {
+            let k = arg();
+            map_leaves(&arg(), &mut |x| m.prim2(Prim::Mul, k.clone(), x.clone()))?
+        }
+        B::TreeAddScalar => {
+            let k = arg();
+            map_leaves(&arg(), &mut |x| m.prim2(Prim::Add, x.clone(), k.clone()))?
+        }
+        B::TreeSqrt => map_leaves(&arg(), &mut |x| sqrt(m, x.clone()))?,
+        B::TreeClip => {
+            let (lo, hi) = (float(&arg())?, float(&arg())?);
+            map_leaves(&arg(), &mut |x| Ok(clip(x, lo, hi)))?
+        }
+        B::TreeZeros => map_leaves(&arg(), &mut |x| Ok(ad::zero_like(x)))?,
+        B::TreeSumSquares => {
+            let mut total = Value::Float(0.0);
+            map_leaves(&arg(), &mut |x| {
+                let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
+                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) { ops::call(m, TOp::Sum, vec![sq])? } else { sq };
+                total = m.prim2(Prim::Add, total.clone(), s)?;
+                Ok(x.clone())
+            })?;
+            total
+        }
+        other => return Err(Fault::new(format!("internal: {other:?} is not a tree builtin"))),
+    })
+}
