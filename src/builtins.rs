@@ -86,6 +86,12 @@ pub enum B {
     TreeClip,
     TreeZeros,
     TreeSumSquares,
+    Conv2d,
+    MaxPool2d,
+    ProgressStart,
+    ProgressTick,
+    ProgressFinish,
+    Plot,
 }
 
 /// `(name, implementation, type)`; a type may start with `Num a, Diff b =>` constraints.
@@ -173,6 +179,13 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("tree_clip", B::TreeClip, "Diff a => Float -> Float -> a -> a"),
     ("tree_zeros", B::TreeZeros, "Diff a => a -> a"),
     ("tree_sum_squares", B::TreeSumSquares, "Diff a => a -> Float"),
+    ("conv2d", B::Conv2d, "Tensor -> Tensor -> Tensor"),
+    ("max_pool2d", B::MaxPool2d, "Int -> Tensor -> Tensor"),
+    // long work: a progress bar on a terminal (quiet otherwise) and SVG line charts
+    ("progress_start", B::ProgressStart, "Int -> String -> Unit"),
+    ("progress_tick", B::ProgressTick, "Float -> Unit"),
+    ("progress_finish", B::ProgressFinish, "Unit -> Unit"),
+    ("plot", B::Plot, "String -> List Float -> Unit"),
 ];
 
 /// The most arguments any builtin takes.

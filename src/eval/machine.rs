@@ -113,6 +113,8 @@ pub struct Machine {
     pub args: Vec<String>,
     pub out: Box<dyn Write>,
     pub exit_code: Option<i32>,
+    /// The progress bar of a running training loop (see `eval::report`).
+    pub progress: Option<super::report::Progress>,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -141,6 +143,7 @@ impl Machine {
             args: Vec::new(),
             out: Box::new(std::io::stdout()),
             exit_code: None,
+            progress: None,
         }
     }
 
@@ -421,7 +424,7 @@ impl Machine {
                     Some(Value::Float(x)) => *x = un.eval(*x),
                     _ => {
                         let x = self.pop();
-                        let v = tryf!(ad::unary(self, un, x));
+                        let v = tryf!(ad::apply_un(self, un, x));
                         self.stack.push(v);
                     }
                 },
@@ -861,7 +864,10 @@ impl Machine {
             | B::Logsumexp
             | B::Item
             | B::ToList
-            | B::ToDevice => crate::tensor::builtins::call(self, b, &mut arg)?,
+            | B::ToDevice
+            | B::Conv2d
+            | B::MaxPool2d => crate::tensor::builtins::call(self, b, &mut arg)?,
+            B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => super::report::call(self, b, &mut arg)?,
             B::TreeAdd
             | B::TreeSub
             | B::TreeMul
@@ -880,7 +886,7 @@ impl Machine {
     fn math(&mut self, op: crate::ad::rules::Un, x: Value) -> FResult<Value> {
         match x {
             Value::Float(f) => Ok(Value::Float(op.eval(f))),
-            other => ad::unary(self, op, other),
+            other => ad::apply_un(self, op, other),
         }
     }
 }

@@ -3,4 +3,5 @@
 pub mod compile;
 pub mod machine;
 pub mod prims;
+pub mod report;
 pub mod value;

@@ -177,6 +177,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let a = index(&arg(), "an axis")?;
             ops::call(m, TOp::MeanAxis(a), vec![t])?
         }
+        B::Conv2d => {
+            let x = arg();
+            ops::call(m, TOp::Conv2d, vec![x, arg()])?
+        }
+        B::MaxPool2d => {
+            let k = index(&arg(), "the pooling size")?;
+            ops::call(m, TOp::MaxPool2d(k), vec![arg()])?
+        }
         B::Argmax => {
             let t = plain_tensor(&arg())?;
             match ops::argmax(&t) {

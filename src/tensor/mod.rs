@@ -200,3 +200,167 @@ impl Rng {
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     }
 }
+
+/// Dimensions of a 2-D convolution, checked.
+pub struct ConvDims {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+pub fn conv_dims(x: &[usize], k: &[usize]) -> TResult<ConvDims> {
+    if x.len() != 4 || k.len() != 4 {
+        return Err(format!(
+            "conv2d takes an input [N, C, H, W] and weights [O, C, KH, KW]; got shapes {} and {}",
+            fmt_shape(x),
+            fmt_shape(k)
+        ));
+    }
+    if x[1] != k[1] || k[2] > x[2] || k[3] > x[3] {
+        return Err(format!("conv2d: input {} and weights {} do not fit", fmt_shape(x), fmt_shape(k)));
+    }
+    Ok(ConvDims {
+        n: x[0],
+        c: x[1],
+        h: x[2],
+        w: x[3],
+        o: k[0],
+        kh: k[2],
+        kw: k[3],
+        oh: x[2] - k[2] + 1,
+        ow: x[3] - k[3] + 1,
+    })
+}
+
+/// im2col of one image: [C*KH*KW, OH*OW].
+fn im2col(x: &[f32], d: &ConvDims) -> ndarray::Array2<f32> {
+    let mut cols = ndarray::Array2::<f32>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
+    for c in 0..d.c {
+        for i in 0..d.kh {
+            for j in 0..d.kw {
+                let r = (c * d.kh + i) * d.kw + j;
+                let mut row = cols.row_mut(r);
+                for y in 0..d.oh {
+                    for xx in 0..d.ow {
+                        row[y * d.ow + xx] = x[(c * d.h + y + i) * d.w + xx + j];
+                    }
+                }
+            }
+        }
+    }
+    cols
+}
+
+/// Valid (unpadded), stride-1 convolution, NCHW.
+pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
+    let d = conv_dims(x.shape(), k.shape())?;
+    let xs = x.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
+    let wm = k
+        .array()
+        .as_standard_layout()
+        .to_owned()
+        .into_shape_with_order((d.o, d.c * d.kh * d.kw))
+        .map_err(|e| e.to_string())?;
+    let img = d.c * d.h * d.w;
+    let mut out = Vec::with_capacity(d.n * d.o * d.oh * d.ow);
+    for n in 0..d.n {
+        let cols = im2col(&xs[n * img..(n + 1) * img], &d);
+        out.extend(wm.dot(&cols).iter().copied());
+    }
+    Tensor::from_vec(&[d.n, d.o, d.oh, d.ow], out)
+}
+
+/// The adjoints of `conv2d` with respect to its input and its weights.
+pub fn conv2d_grads(x: &Tensor, k: &Tensor, g: &Tensor) -> TResult<(Tensor, Tensor)> {
+    let d = conv_dims(x.shape(), k.shape())?;
+    let xs = x.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
+    let gs = g.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
+    let wm = k
+        .array()
+        .as_standard_layout()
+        .to_owned()
+        .into_shape_with_order((d.o, d.c * d.kh * d.kw))
+        .map_err(|e| e.to_string())?;
+    let img = d.c * d.h * d.w;
+    let gimg = d.o * d.oh * d.ow;
+    let mut dw = ndarray::Array2::<f32>::zeros((d.o, d.c * d.kh * d.kw));
+    let mut dx = vec![0f32; d.n * img];
+    for n in 0..d.n {
+        let cols = im2col(&xs[n * img..(n + 1) * img], &d);
+        let gn = ndarray::ArrayView2::from_shape((d.o, d.oh * d.ow), &gs[n * gimg..(n + 1) * gimg])
+            .map_err(|e| e.to_string())?;
+        dw += &gn.dot(&cols.t());
+        let dcols = wm.t().dot(&gn);
+        let dxn = &mut dx[n * img..(n + 1) * img];
+        for c in 0..d.c {
+            for i in 0..d.kh {
+                for j in 0..d.kw {
+                    let row = dcols.row((c * d.kh + i) * d.kw + j);
+                    for y in 0..d.oh {
+                        for xx in 0..d.ow {
+                            dxn[(c * d.h + y + i) * d.w + xx + j] += row[y * d.ow + xx];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((Tensor::from_vec(x.shape(), dx)?, Tensor::from_vec(k.shape(), dw.into_raw_vec_and_offset().0)?))
+}
+
+/// k×k max pooling with stride k over the last two axes of [N, C, H, W]; with `g`, routes the
+/// adjoint back to each window's maximum instead.
+pub fn max_pool2d(x: &Tensor, k: usize, g: Option<&Tensor>) -> TResult<Tensor> {
+    pool(x, k, g, false)
+}
+
+/// For each k×k window of `x`, the element of `t` at the position of the window's maximum
+/// (max pooling's forward-mode rule).
+pub fn max_pool2d_pick(x: &Tensor, k: usize, t: &Tensor) -> TResult<Tensor> {
+    pool(x, k, Some(t), true)
+}
+
+fn pool(x: &Tensor, k: usize, g: Option<&Tensor>, pick: bool) -> TResult<Tensor> {
+    let s = x.shape();
+    if s.len() != 4 || k == 0 || s[2] < k || s[3] < k {
+        return Err(format!("max_pool2d {k} needs an input [N, C, H, W] with H, W ≥ {k}; got shape {}", fmt_shape(s)));
+    }
+    let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
+    let (oh, ow) = (h / k, w / k);
+    let xs = x.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
+    let gs = g.map(|g| g.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0);
+    let scatter = gs.is_some() && !pick;
+    let mut out = vec![0f32; if scatter { n * c * h * w } else { n * c * oh * ow }];
+    for plane in 0..n * c {
+        for y in 0..oh {
+            for xx in 0..ow {
+                let mut best = (f32::NEG_INFINITY, 0usize);
+                for i in 0..k {
+                    for j in 0..k {
+                        let idx = plane * h * w + (y * k + i) * w + xx * k + j;
+                        if xs[idx] > best.0 {
+                            best = (xs[idx], idx);
+                        }
+                    }
+                }
+                let o = plane * oh * ow + y * ow + xx;
+                match &gs {
+                    Some(gs) if pick => out[o] = gs[best.1],
+                    Some(gs) => out[best.1] += gs[o],
+                    None => out[o] = best.0,
+                }
+            }
+        }
+    }
+    if scatter {
+        Tensor::from_vec(s, out)
+    } else {
+        Tensor::from_vec(&[n, c, oh, ow], out)
+    }
+}

@@ -43,6 +43,17 @@ pub enum TOp {
     Sign,
     /// 1 at the position of the maximum (max's derivative; not differentiable).
     ArgmaxMask,
+    /// Valid, stride-1 2-D convolution (NCHW input, OCKK weights). Differentiable once.
+    Conv2d,
+    /// The adjoints of Conv2d given (x, w, g): not differentiable further.
+    Conv2dInputGrad,
+    Conv2dWeightGrad,
+    /// k×k, stride-k max pooling. Differentiable once.
+    MaxPool2d(usize),
+    /// Routes (x, g) back to each window's maximum.
+    MaxPool2dGrad(usize),
+    /// (x, t): t at each window's maximum of x (the forward-mode rule of max pooling).
+    MaxPool2dPick(usize),
 }
 
 fn tensor_of(v: &Value) -> FResult<&Tensor> {
@@ -221,6 +232,14 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         }
         TOp::Step => wrap(t0()?.map(|x| if x > 0.0 { 1.0 } else { 0.0 })),
         TOp::Sign => wrap(t0()?.map(|x| if x >= 0.0 { 1.0 } else { -1.0 })),
+        TOp::Conv2d => wrap(super::conv2d(t0()?, tensor_of(&args[1])?)?),
+        TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
+            let (dx, dw) = super::conv2d_grads(t0()?, tensor_of(&args[1])?, tensor_of(&args[2])?)?;
+            wrap(if *op == TOp::Conv2dInputGrad { dx } else { dw })
+        }
+        TOp::MaxPool2d(k) => wrap(super::max_pool2d(t0()?, *k, None)?),
+        TOp::MaxPool2dGrad(k) => wrap(super::max_pool2d(t0()?, *k, Some(tensor_of(&args[1])?))?),
+        TOp::MaxPool2dPick(k) => wrap(super::max_pool2d_pick(t0()?, *k, tensor_of(&args[1])?)?),
         TOp::ArgmaxMask => {
             let t = t0()?;
             let mut out = ArrayD::<f32>::zeros(IxDyn(t.shape()));
@@ -360,7 +379,21 @@ pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FRes
             let n = s0[*axis];
             vec![Some(call(m, TOp::Slice(*axis, *lo, lo + n), vec![g])?)]
         }
-        TOp::Step | TOp::Sign | TOp::ArgmaxMask => vec![None],
+        TOp::Conv2d => {
+            let (x, w, g) = (ad::strip(&xs[0]), ad::strip(&xs[1]), ad::strip(&g));
+            vec![
+                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), w.clone(), g.clone()])?),
+                Some(call(m, TOp::Conv2dWeightGrad, vec![x, w, g])?),
+            ]
+        }
+        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), ad::strip(&g)])?)],
+        TOp::Step
+        | TOp::Sign
+        | TOp::ArgmaxMask
+        | TOp::Conv2dInputGrad
+        | TOp::Conv2dWeightGrad
+        | TOp::MaxPool2dGrad(_)
+        | TOp::MaxPool2dPick(_) => xs.iter().map(|_| None).collect(),
     })
 }
 
@@ -424,7 +457,28 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
                 }
             }
         }
-        TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
+        TOp::Conv2d => {
+            let mut acc = Value::Float(0.0);
+            if let Some(tx) = &ts[0] {
+                acc = call(m, TOp::Conv2d, vec![tx.clone(), xs[1].clone()])?;
+            }
+            if let Some(tw) = &ts[1] {
+                let c = call(m, TOp::Conv2d, vec![xs[0].clone(), tw.clone()])?;
+                acc = m.prim2(Prim::Add, acc, c)?;
+            }
+            Ok(acc)
+        }
+        TOp::MaxPool2d(k) => {
+            let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
+            call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), t.clone()])
+        }
+        TOp::Step
+        | TOp::Sign
+        | TOp::ArgmaxMask
+        | TOp::Conv2dInputGrad
+        | TOp::Conv2dWeightGrad
+        | TOp::MaxPool2dGrad(_)
+        | TOp::MaxPool2dPick(_) => Ok(Value::Float(0.0)),
         _ => linear(m, ts),
     }
 }

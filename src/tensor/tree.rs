@@ -33,7 +33,7 @@ fn clip(v: &Value, lo: f64, hi: f64) -> Value {
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     // Leaves are combined through a raw pointer-free closure over `m`.
-    let mut two =
+    let two =
         |m: &mut Machine, p: Prim, x: Value, y: Value| zip_leaves(&x, &y, &mut |a, b| m.prim2(p, a.clone(), b.clone()));
     Ok(match b {
         B::TreeAdd => two(m, Prim::Add, arg(), arg())?,
