@@ -1,5 +1,8 @@
 //! dp: a statically typed functional differentiable-programming language.
 
+// Diagnostics are large but only ever on the cold error path; boxing them buys nothing.
+#![allow(clippy::result_large_err)]
+
 pub mod ad;
 pub mod builtins;
 pub mod cli;

@@ -91,7 +91,6 @@ impl Session {
                     self.import(ch, target, span, dir, &mut imported)
                 };
                 let r = ch.check_item(item, &mut resolver);
-                drop(resolver);
                 self.checker = ch;
                 r?
             };

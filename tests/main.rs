@@ -3,5 +3,7 @@
 mod ad;
 mod editors;
 mod golden;
+mod lsp;
 mod repl;
 mod snapshots;
+mod tensors;

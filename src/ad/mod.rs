@@ -314,7 +314,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
     let mut n = 0u32;
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
-        if n % 4096 == 0 && m.interrupt.load(Ordering::Relaxed) {
+        if n.is_multiple_of(4096) && m.interrupt.load(Ordering::Relaxed) {
             m.interrupt.store(false, Ordering::Relaxed);
             return Err(Fault::new("interrupted"));
         }

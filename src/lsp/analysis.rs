@@ -11,6 +11,7 @@ use crate::session::{stdlib_source, Session};
 use crate::source::Span;
 use crate::syntax::ast::*;
 use crate::syntax::keywords::KEYWORDS;
+use crate::syntax::lexer::{lex, Tok};
 use crate::syntax::parser::parse_program;
 use lsp_types as lsp;
 use std::collections::HashSet;
@@ -74,6 +75,8 @@ impl Analysis {
             }
         };
         session.checker.record_bindings = true;
+        // Nothing runs, but should anything print, keep it off the protocol's standard output.
+        session.machine.out = Box::new(std::io::sink());
         a.file = session.sources.files().len() as u32;
         let checked = session.check_program(name, text, dir);
         let warnings = session.take_warnings();
@@ -369,10 +372,9 @@ impl Analysis {
 
     /// The top-level names of the module this document imports as `m`, with their types.
     fn module_members(&mut self, m: &str) -> Vec<(String, Option<String>)> {
-        let target = self.items.iter().flatten().find_map(|i| match &i.kind {
-            ItemKind::Import(t @ ImportTarget::Stdlib(n)) if n == m => Some(t.clone()),
-            ItemKind::Import(t @ ImportTarget::File(p)) if module_name(p) == m => Some(t.clone()),
-            _ => None,
+        let target = self.imports().into_iter().find(|t| match t {
+            ImportTarget::Stdlib(n) => n == m,
+            ImportTarget::File(p) => module_name(p) == m,
         });
         let text = match target {
             Some(ImportTarget::Stdlib(n)) => stdlib_source(&n).map(str::to_string),
@@ -386,6 +388,28 @@ impl Analysis {
         names.sort();
         names.dedup();
         names.into_iter().map(|n| (n.clone(), self.member_type(m, &n))).collect()
+    }
+
+    /// The document's imports: from the syntax tree, or while it has a syntax error, from its
+    /// tokens.
+    fn imports(&self) -> Vec<ImportTarget> {
+        if let Some(items) = &self.items {
+            return items
+                .iter()
+                .filter_map(|i| match &i.kind {
+                    ItemKind::Import(t) => Some(t.clone()),
+                    _ => None,
+                })
+                .collect();
+        }
+        let Ok(toks) = lex(&self.text, self.file) else { return Vec::new() };
+        toks.windows(2)
+            .filter_map(|w| match (&w[0].1, &w[1].1) {
+                (Tok::Import, Tok::Ident(n)) => Some(ImportTarget::Stdlib(n.clone())),
+                (Tok::Import, Tok::Str(p)) => Some(ImportTarget::File(p.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     // ------------------------------------------------------------ document symbols

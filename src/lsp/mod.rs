@@ -30,7 +30,44 @@ use std::str::FromStr;
 /// Runs the server on stdin/stdout until `exit`. Returns the process exit code: 0 after a
 /// `shutdown` request and an `exit` notification, 1 otherwise (as the protocol asks).
 pub fn serve() -> u8 {
-    let (connection, io_threads) = Connection::stdio();
+    // Our own stdio transport: lsp-server's keeps standard output locked for its whole life,
+    // and the interpreter's machine flushes standard output (a deadlock). Here each message
+    // takes the lock only while it is written.
+    let (connection, client) = Connection::memory();
+    let Connection { sender: to_server, receiver: from_server } = client;
+    let reader = std::thread::Builder::new().name("dp-lsp-reader".into()).spawn(move || {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        loop {
+            match Message::read(&mut input) {
+                Ok(Some(msg)) => {
+                    let exit = matches!(&msg, Message::Notification(n) if n.method == lsp::notification::Exit::METHOD);
+                    if to_server.send(msg).is_err() || exit {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                // A malformed message was read whole: report it and go on.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => eprintln!("dp lsp: {e}"),
+                Err(e) => {
+                    eprintln!("dp lsp: {e}");
+                    break;
+                }
+            }
+        }
+    });
+    let writer = std::thread::Builder::new().name("dp-lsp-writer".into()).spawn(move || {
+        for msg in from_server {
+            let stdout = std::io::stdout();
+            if msg.write(&mut stdout.lock()).is_err() {
+                break;
+            }
+        }
+    });
+    let (Ok(_reader), Ok(writer)) = (reader, writer) else {
+        eprintln!("dp lsp: cannot start the input/output threads");
+        return 1;
+    };
     let code = match initialize(&connection) {
         Ok(()) => Server::new().run(&connection),
         Err(e) => {
@@ -38,11 +75,10 @@ pub fn serve() -> u8 {
             1
         }
     };
-    // Dropping the connection ends the writer thread; the reader has stopped at `exit` or EOF.
+    // Dropping the connection ends the writer once everything queued is written. The reader
+    // has stopped at `exit` or end of input (or is left blocked if we stopped early).
     drop(connection);
-    if let Err(e) = io_threads.join() {
-        eprintln!("dp lsp: {e}");
-    }
+    let _ = writer.join();
     code
 }
 

@@ -234,16 +234,6 @@ impl Checker {
         f.max_slots = f.max_slots.max(f.next_slot);
         s
     }
-    fn bind_local(&mut self, name: &str, ty: Ty, span: Span) -> u32 {
-        let slot = self.new_slot();
-        let depth = self.fun_depth();
-        self.push_binding(
-            name.into(),
-            Binding { scheme: Scheme::mono(ty), loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
-        );
-        slot
-    }
-
     /// Resolves a local defined at `def_depth` (slot, or SelfRef when slot is None) from the
     /// current function, threading captures through every function in between.
     fn access(&mut self, def_depth: usize, slot: Option<u32>) -> VarRef {
@@ -727,7 +717,7 @@ impl Checker {
                 let (mut c1, t1) = self.infer(e1)?;
                 self.level -= 1;
                 let m = self.mark();
-                let core = if let Some(name) = simple {
+                if let Some(name) = simple {
                     if let Core::Lam(l) = &mut c1 {
                         name_lambda(l, name);
                     }
@@ -749,7 +739,7 @@ impl Checker {
                     );
                     let (c2, t2) = self.infer(e2)?;
                     self.pop_to(m);
-                    return Ok((Core::Let(slot, Box::new(c1), Box::new(c2)), t2));
+                    (Core::Let(slot, Box::new(c1), Box::new(c2)), t2)
                 } else {
                     let mut binds = Vec::new();
                     let pat = self.infer_pat(p, &t1, &mut binds)?;
@@ -764,10 +754,8 @@ impl Checker {
                     }
                     let (c2, t2) = self.infer(e2)?;
                     self.pop_to(m);
-                    return Ok((Core::LetPat(pat, Box::new(c1), Box::new(c2), p.span), t2));
-                };
-                #[allow(unreachable_code)]
-                core
+                    (Core::LetPat(pat, Box::new(c1), Box::new(c2), p.span), t2)
+                }
             }
             ExprKind::LetRec(defs, body) => self.infer_letrec(defs, body)?,
             ExprKind::If(c, a, b) => {
@@ -826,7 +814,7 @@ impl Checker {
             }
             ExprKind::Seq(a, b) => {
                 let (ca, ta) = self.infer(a)?;
-                if let Err(_) = self.subst.unify(&Ty::unit(), &ta) {
+                if self.subst.unify(&Ty::unit(), &ta).is_err() {
                     let shown = self.show(&ta);
                     self.warnings.push(
                         Diagnostic::warning(
@@ -1084,7 +1072,6 @@ impl Checker {
                 Core::App(Box::new(Core::Lam(full_lam)), cargs, sp)
             }
         };
-        let _ = lam_unused;
         if args.len() > info.arity as usize {
             return Err(Diagnostic::error(
                 Phase::Type,
@@ -1551,9 +1538,6 @@ impl Checker {
         self.cons.get(name)
     }
 }
-
-#[allow(non_upper_case_globals)]
-const lam_unused: () = ();
 
 fn name_lambda(l: &mut Rc<Lambda>, name: &str) {
     if &*l.name == "fun" {
