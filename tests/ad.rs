@@ -186,11 +186,55 @@ fn source(e: &E) -> String {
     s
 }
 
-/// A dual number: value and derivative with respect to x.
+/// A number with its first and second derivatives with respect to x (a truncated Taylor
+/// series), and bounds `a1`, `a2` on the rounding those derivatives can suffer: the same
+/// derivatives computed with the absolute value of every term, so that no term cancels. Any
+/// evaluation order (dp's reverse mode, its forward mode, this one) computes the derivative
+/// to within a few ulps of that bound per operation.
 #[derive(Clone, Copy, Debug)]
 struct D {
     v: f64,
-    d: f64,
+    d1: f64,
+    d2: f64,
+    a1: f64,
+    a2: f64,
+}
+
+impl D {
+    fn var(x: f64) -> D {
+        D { v: x, d1: 1.0, d2: 0.0, a1: 1.0, a2: 0.0 }
+    }
+    fn constant(c: f64) -> D {
+        D { v: c, d1: 0.0, d2: 0.0, a1: 0.0, a2: 0.0 }
+    }
+    /// g(self), given g(u), g'(u) and g''(u).
+    fn chain(self, v: f64, g1: f64, g2: f64) -> D {
+        D {
+            v,
+            d1: g1 * self.d1,
+            d2: g2 * self.d1 * self.d1 + g1 * self.d2,
+            a1: g1.abs() * self.a1,
+            a2: g2.abs() * self.a1 * self.a1 + g1.abs() * self.a2,
+        }
+    }
+    fn add(self, o: D, sign: f64) -> D {
+        D {
+            v: if sign > 0.0 { self.v + o.v } else { self.v - o.v },
+            d1: self.d1 + sign * o.d1,
+            d2: self.d2 + sign * o.d2,
+            a1: self.a1 + o.a1,
+            a2: self.a2 + o.a2,
+        }
+    }
+    fn mul(self, o: D) -> D {
+        D {
+            v: self.v * o.v,
+            d1: self.d1 * o.v + self.v * o.d1,
+            d2: self.d2 * o.v + 2.0 * self.d1 * o.d1 + self.v * o.d2,
+            a1: self.a1 * o.v.abs() + self.v.abs() * o.a1,
+            a2: self.a2 * o.v.abs() + 2.0 * self.a1 * o.a1 + self.v.abs() * o.a2,
+        }
+    }
 }
 
 /// What an evaluation saw on the way: the argument of every `relu` and `abs` (the points
@@ -202,56 +246,72 @@ struct Trace {
     slope: f64,
 }
 
-/// Evaluates `e` at `x` in forward mode, with dp's definitions of the primitives.
+/// Evaluates `e` at `x` (a variable made by `D::var`) with dp's definitions of the
+/// primitives: values by the same operations in the same order as dp, derivatives by the
+/// chain rule.
 fn eval(e: &E, x: D, tr: &mut Trace) -> D {
     let r = eval_node(e, x, tr);
     tr.value = tr.value.max(r.v.abs());
-    tr.slope = tr.slope.max(r.d.abs());
+    tr.slope = tr.slope.max(r.d1.abs());
     r
 }
 
 fn eval_node(e: &E, x: D, tr: &mut Trace) -> D {
     match e {
         E::X => x,
-        E::C(c) => D { v: *c, d: 0.0 },
+        E::C(c) => D::constant(*c),
         E::Un(op, a) => {
             let a = eval(a, x, tr);
-            let (v, dv) = match op {
-                Op1::Neg => (-a.v, -1.0),
-                Op1::Sin => (a.v.sin(), a.v.cos()),
-                Op1::Cos => (a.v.cos(), -a.v.sin()),
-                Op1::Tan => (a.v.tan(), 1.0 / (a.v.cos() * a.v.cos())),
-                Op1::Exp => (a.v.exp(), a.v.exp()),
-                Op1::Log => (a.v.ln(), 1.0 / a.v),
-                Op1::Sqrt => (a.v.sqrt(), 0.5 / a.v.sqrt()),
-                Op1::Tanh => (a.v.tanh(), 1.0 - a.v.tanh() * a.v.tanh()),
+            let u = a.v;
+            match op {
+                Op1::Neg => a.chain(-u, -1.0, 0.0),
+                Op1::Sin => a.chain(u.sin(), u.cos(), -u.sin()),
+                Op1::Cos => a.chain(u.cos(), -u.sin(), -u.cos()),
+                Op1::Tan => {
+                    let t = u.tan();
+                    a.chain(t, 1.0 + t * t, 2.0 * t * (1.0 + t * t))
+                }
+                Op1::Exp => a.chain(u.exp(), u.exp(), u.exp()),
+                Op1::Log => a.chain(u.ln(), 1.0 / u, -1.0 / (u * u)),
+                Op1::Sqrt => a.chain(u.sqrt(), 0.5 / u.sqrt(), -0.25 / (u * u.sqrt())),
+                Op1::Tanh => {
+                    let t = u.tanh();
+                    a.chain(t, 1.0 - t * t, -2.0 * t * (1.0 - t * t))
+                }
                 Op1::Sigmoid => {
-                    let s = 1.0 / (1.0 + (-a.v).exp());
-                    (s, s * (1.0 - s))
+                    let s = 1.0 / (1.0 + (-u).exp());
+                    a.chain(s, s * (1.0 - s), s * (1.0 - s) * (1.0 - 2.0 * s))
                 }
                 Op1::Relu => {
-                    tr.kinks.push(a.v);
-                    (a.v.max(0.0), if a.v > 0.0 { 1.0 } else { 0.0 })
+                    tr.kinks.push(u);
+                    a.chain(u.max(0.0), if u > 0.0 { 1.0 } else { 0.0 }, 0.0)
                 }
                 Op1::Abs => {
-                    tr.kinks.push(a.v);
-                    (a.v.abs(), if a.v >= 0.0 { 1.0 } else { -1.0 })
+                    tr.kinks.push(u);
+                    a.chain(u.abs(), if u >= 0.0 { 1.0 } else { -1.0 }, 0.0)
                 }
-            };
-            D { v, d: dv * a.d }
+            }
         }
         E::Bin(op, a, b) => {
             let (a, b) = (eval(a, x, tr), eval(b, x, tr));
             match op {
-                Op2::Add => D { v: a.v + b.v, d: a.d + b.d },
-                Op2::Sub => D { v: a.v - b.v, d: a.d - b.d },
-                Op2::Mul => D { v: a.v * b.v, d: a.d * b.v + a.v * b.d },
-                Op2::Div => D { v: a.v / b.v, d: (a.d * b.v - a.v * b.d) / (b.v * b.v) },
+                Op2::Add => a.add(b, 1.0),
+                Op2::Sub => a.add(b, -1.0),
+                Op2::Mul => a.mul(b),
+                Op2::Div => {
+                    let r = a.mul(b.chain(1.0 / b.v, -1.0 / (b.v * b.v), 2.0 / (b.v * b.v * b.v)));
+                    D { v: a.v / b.v, ..r }
+                }
+                Op2::Pow if b.d1 == 0.0 && b.d2 == 0.0 && b.a1 == 0.0 => {
+                    // a constant exponent k: (a^k)' = k a^(k-1) a'
+                    let k = b.v;
+                    a.chain(a.v.powf(k), k * a.v.powf(k - 1.0), k * (k - 1.0) * a.v.powf(k - 2.0))
+                }
                 Op2::Pow => {
-                    let v = a.v.powf(b.v);
-                    let da = b.v * a.v.powf(b.v - 1.0);
-                    let db = if b.d != 0.0 { v * a.v.ln() } else { 0.0 };
-                    D { v, d: da * a.d + db * b.d }
+                    // a variable exponent (the base is positive): a^b = exp (b log a)
+                    let l = a.chain(a.v.ln(), 1.0 / a.v, -1.0 / (a.v * a.v));
+                    let y = a.v.powf(b.v);
+                    b.mul(l).chain(y, y, y)
                 }
             }
         }
@@ -262,11 +322,17 @@ fn eval_node(e: &E, x: D, tr: &mut Trace) -> D {
 struct Native {
     f: f64,
     df: f64,
-    /// Finite-difference estimates of f' (from f) and f'' (from the dual f') at two step
+    d2f: f64,
+    /// Rounding bounds for df and d2f (see `D`).
+    a1: f64,
+    a2: f64,
+    /// Finite-difference estimates of f' (from f) and f'' (from the native f') at two step
     /// sizes; `None` where a kink lies too close, an intermediate value is too large or a
     /// value is not finite.
     fd1: Option<(f64, f64)>,
     fd2: Option<(f64, f64)>,
+    /// The largest intermediate value or derivative.
+    scale: f64,
 }
 
 /// The five-point central difference of `g` at `x0` with step `h`.
@@ -276,8 +342,8 @@ fn five_point(g: &dyn Fn(f64) -> f64, x0: f64, h: f64) -> f64 {
 
 fn native(e: &E, x0: f64) -> Option<Native> {
     let mut tr0 = Trace::default();
-    let at0 = eval(e, D { v: x0, d: 1.0 }, &mut tr0);
-    let finite = at0.v.is_finite() && at0.d.is_finite();
+    let at0 = eval(e, D::var(x0), &mut tr0);
+    let finite = [at0.v, at0.d1, at0.d2, at0.a1, at0.a2].iter().all(|v| v.is_finite());
     if !finite || tr0.kinks.iter().any(|k| k.abs() < 1e-9) {
         return None;
     }
@@ -290,16 +356,27 @@ fn native(e: &E, x0: f64) -> Option<Native> {
         && tr0.slope <= LARGE
         && [-2.0, -1.0, -0.5, 0.5, 1.0, 2.0].iter().all(|t| {
             let mut tr = Trace::default();
-            let p = eval(e, D { v: x0 + t * h, d: 1.0 }, &mut tr);
-            p.v.is_finite() && p.d.is_finite() && tr.kinks.iter().zip(&tr0.kinks).all(|(a, b)| (*a > 0.0) == (*b > 0.0))
+            let p = eval(e, D::var(x0 + t * h), &mut tr);
+            p.v.is_finite()
+                && p.d1.is_finite()
+                && tr.kinks.iter().zip(&tr0.kinks).all(|(a, b)| (*a > 0.0) == (*b > 0.0))
         });
-    let fv = |x: f64| eval(e, D { v: x, d: 1.0 }, &mut Trace::default()).v;
-    let fd = |x: f64| eval(e, D { v: x, d: 1.0 }, &mut Trace::default()).d;
+    let fv = |x: f64| eval(e, D::var(x), &mut Trace::default()).v;
+    let fd = |x: f64| eval(e, D::var(x), &mut Trace::default()).d1;
     let pair = |g: &dyn Fn(f64) -> f64| {
         let r = (five_point(g, x0, h), five_point(g, x0, h / 2.0));
         (smooth && r.0.is_finite() && r.1.is_finite()).then_some(r)
     };
-    Some(Native { f: at0.v, df: at0.d, fd1: pair(&fv), fd2: pair(&fd) })
+    Some(Native {
+        f: at0.v,
+        df: at0.d1,
+        d2f: at0.d2,
+        a1: at0.a1,
+        a2: at0.a2,
+        fd1: pair(&fv),
+        fd2: pair(&fd),
+        scale: tr0.value.max(tr0.slope),
+    })
 }
 
 // Generation. Depth counts generated operations, not the guards the generator adds.
@@ -405,6 +482,12 @@ fn converged(fd: (f64, f64), scale: f64) -> Option<f64> {
     ((fd.0 - fd.1).abs() <= 1e-7 * fd.0.abs().max(1.0) + 1e-10 * scale.abs()).then_some(fd.1)
 }
 
+/// Two derivatives computed in different orders agree to `rel`, relative, up to what
+/// rounding can do to a sum whose terms add up (in absolute value) to `bound`.
+fn agree(x: f64, y: f64, rel: f64, bound: f64) -> bool {
+    (x - y).abs() <= rel * x.abs().max(y.abs()).max(1.0) + 1e-13 * bound
+}
+
 fn first_order(fns: &[(E, f64)]) -> Result<usize, String> {
     let src =
         program(fns, |i, x0| format!("(f{i} {x0}, grad f{i} {x0}, snd (jvp f{i} {x0} 1.0), value_and_grad f{i} {x0})"));
@@ -423,11 +506,11 @@ fn first_order(fns: &[(E, f64)]) -> Result<usize, String> {
         if vg != g {
             return fail("value_and_grad and grad differ");
         }
-        if !close(g, t, 1e-12) {
+        if !agree(g, t, 1e-12, n.a1) {
             return fail("grad and jvp differ");
         }
-        if !close(g, n.df, 1e-9) {
-            return fail(&format!("grad differs from the native dual-number derivative {}", n.df));
+        if !agree(g, n.df, 1e-9, n.a1) {
+            return fail(&format!("grad differs from the native derivative {}", n.df));
         }
         if let Some(fd) = n.fd1.and_then(|fd| converged(fd, n.f)) {
             judged += 1;
@@ -448,17 +531,21 @@ fn second_order(fns: &[(E, f64)]) -> Result<usize, String> {
     for ((e, x0), row) in fns.iter().zip(&rows) {
         let fail = |what: &str| Err(format!("{what} for f x = {} at x = {x0}: dp printed {row:?}", source(e)));
         let Some(n) = native(e, *x0) else { continue };
-        let Some(fd) = n.fd2.and_then(|fd| converged(fd, n.df)) else { continue };
-        if n.f.abs() > LARGE || n.df.abs() > LARGE || fd.abs() > LARGE {
+        if n.f.abs() > LARGE || n.df.abs() > LARGE || n.d2f.abs() > LARGE {
             continue;
         }
-        judged += 1;
         let (rr, fr, rf) = (row[0], row[1], row[2]);
-        if !close(rr, fr, 1e-10) || !close(rr, rf, 1e-10) {
+        if !agree(rr, fr, 1e-10, n.a2) || !agree(rr, rf, 1e-10, n.a2) {
             return fail("reverse-over-reverse, forward-over-reverse and reverse-over-forward differ");
         }
-        if !fd_ok(rr, fd, n.df) {
-            return fail(&format!("grad (grad f) differs from the finite difference {fd} of f'"));
+        if !agree(rr, n.d2f, 1e-9, n.a2) {
+            return fail(&format!("grad (grad f) differs from the native second derivative {}", n.d2f));
+        }
+        if let Some(fd) = n.fd2.and_then(|fd| converged(fd, n.df)) {
+            judged += 1;
+            if !fd_ok(rr, fd, n.df) {
+                return fail(&format!("grad (grad f) differs from the finite difference {fd} of f'"));
+            }
         }
     }
     Ok(judged)
@@ -504,6 +591,25 @@ fn oracle_self_check() {
     assert!((converged(n.fd1.unwrap(), n.f).unwrap() - exact).abs() < 1e-9);
     let exact2 = 2.0 * 0.7f64.cos() - 0.7 * 0.7f64.sin();
     assert!((converged(n.fd2.unwrap(), n.df).unwrap() - exact2).abs() < 1e-9);
+    assert!((n.d2f - exact2).abs() < 1e-15);
+    // The native second derivative of every kind of node against differences of the first.
+    let all = bin(
+        Op2::Add,
+        bin(Op2::Pow, pos(un(Op1::Tan, E::X)), un(Op1::Sin, E::X)),
+        bin(
+            Op2::Div,
+            un(Op1::Sigmoid, un(Op1::Sqrt, pos(un(Op1::Tanh, E::X)))),
+            pos(bin(Op2::Pow, un(Op1::Log, pos(un(Op1::Exp, un(Op1::Cos, E::X)))), E::C(-1.5))),
+        ),
+    );
+    let n = native(&all, 0.3).unwrap();
+    assert!((converged(n.fd2.unwrap(), n.df).unwrap() - n.d2f).abs() < 1e-8 * n.d2f.abs().max(1.0));
+    // x - x cancels exactly in forward mode but not necessarily in reverse mode, where its
+    // adjoint (here 3e12 |x|) is added to x's and subtracted again: the rounding bound knows.
+    let big = bin(Op2::Pow, pos(bin(Op2::Pow, pos(E::C(-3.0)), E::C(2.5))), E::C(2.5));
+    let e = bin(Op2::Mul, big, bin(Op2::Mul, bin(Op2::Sub, E::X, E::X), un(Op1::Abs, E::X)));
+    let n = native(&e, -1.15629).unwrap();
+    assert!(n.df == 0.0 && n.a1 > 1e12);
     assert_eq!(source(&bin(Op2::Pow, pos(E::X), E::C(-1.5))), "(((x * x) + 1.0) ** (-1.5))");
     // A kink at the point: not judged.
     assert!(native(&un(Op1::Relu, bin(Op2::Sub, E::X, E::C(0.5))), 0.5).is_none());

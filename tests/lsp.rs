@@ -292,6 +292,8 @@ fn lsp_hover_definition_completion_symbols() {
     assert!(find("double").is_some());
     assert_eq!(find("twice").expect("a local in scope")["detail"], json!("Int"));
     assert!(find("Circle").is_some(), "constructors are offered");
+    let rank = |label: &str| find(label).unwrap()["sortText"].as_str().unwrap().to_string();
+    assert!(rank("twice") < rank("double") && rank("double") < rank("map") && rank("map") < rank("match"));
 
     // Document symbols: the top-level items.
     let syms = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": u } }));
@@ -320,7 +322,8 @@ fn lsp_keeps_completing_through_a_syntax_error() {
     c.change(&u, 4, "import nn\nlet t = nn.\n");
     let items = c.at("textDocument/completion", &u, 1, 11);
     let items = items.as_array().unwrap();
-    assert!(items.iter().any(|i| i["label"] == "linear"), "{items:?}");
+    let linear = items.iter().find(|i| i["label"] == "linear").expect("nn.linear is offered");
+    assert!(linear["detail"].as_str().unwrap().contains("->"), "{linear}");
     assert!(!items.iter().any(|i| i["label"] == "map"), "only the module's names");
     assert_eq!(c.finish(), 0);
 }

@@ -472,6 +472,36 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
         pr("t")
     );
     out.push(Snippet { case: k, what: "jvp", code, want });
+    // With more than one input: each input alone, the others constants (a constant operand
+    // must not change the shape or type of a tangent or an adjoint).
+    if c.n() > 1 {
+        for i in 0..c.n() {
+            let mut names = c.names(&format!("c{k}_x"));
+            names[i] = format!("x{i}");
+            let body = c.subst(&names);
+            let mut e = vec![Vec::new(); c.n()];
+            e[i] = c.fd_grad(&c.inputs, r)[i].clone();
+            let mut want = Vec::new();
+            if !c.floats[i] {
+                want.extend(c.inputs[i].shape().iter().map(|&d| d as f64));
+            }
+            want.extend(&e[i]);
+            let obj = if c.out_float { body.clone() } else { format!("sum (({body}) * c{k}_r)") };
+            let pat = format!("(x{i} : {})", c.ty(i));
+            let shown = if c.floats[i] { "g".to_string() } else { "(shape g, to_list g)".to_string() };
+            let code = format!("let () =\n  let g = grad (fun {pat} -> {obj}) c{k}_x{i} in\n  println {shown}\n");
+            out.push(Snippet { case: k, what: ["grad wrt $0 alone", "grad wrt $1 alone", "grad wrt $2 alone", "grad wrt $3 alone"][i.min(3)], code, want });
+            let mut want: Vec<f64> = (c.f)(&c.inputs).iter().copied().collect();
+            let dirs: Vec<A> = (0..c.n()).map(|j| if j == i { v[j].clone() } else { v[j].mapv(|_| 0.0) }).collect();
+            want.extend(c.fd_dir(&c.inputs, &dirs));
+            let code = format!(
+                "let () =\n  let (y, t) = jvp (fun {pat} -> {body}) c{k}_x{i} c{k}_v{i} in\n  println ({}, {})\n",
+                pr("y"),
+                pr("t")
+            );
+            out.push(Snippet { case: k, what: ["jvp wrt $0 alone", "jvp wrt $1 alone", "jvp wrt $2 alone", "jvp wrt $3 alone"][i.min(3)], code, want });
+        }
+    }
     if c.second_order {
         let want = c.with_shapes(&c.hvp(r, v));
         let dot: Vec<String> = (0..c.n())
@@ -661,7 +691,8 @@ fn binary_cases(rng: &mut Rng, ops: &[Bin]) -> Vec<Case> {
     for &op in ops {
         for &(sa, sb) in BROADCASTS {
             let (a, b) = (operand(rng, op, sa, true), operand(rng, op, sb, false));
-            let name = format!("{:?} {} {:?}", sa.map(|s| s.to_vec()), op.sym(), sb.map(|s| s.to_vec()));
+            let show = |s: Option<&[usize]>| s.map_or("Float".to_string(), |s| format!("{s:?}"));
+            let name = format!("{} {} {}", show(sa), op.sym(), show(sb));
             cases.push(case(&name, &format!("$0 {} $1", op.sym()), false, vec![a, b], move |x| {
                 zip(&x[0], &x[1], |p, q| op.eval(p, q))
             }));
@@ -1108,6 +1139,23 @@ println (shape g2, to_list g2)
 "#,
         &["([], [10.0])", "([1], [10.0])", "([], [6.0])"],
     );
+}
+
+/// 0-d tensors broadcast against matrices, on either side, for every elementwise operation.
+#[test]
+fn grad_jvp_zero_dimensional_operands() {
+    let mut rng = Rng::new(12);
+    let mut cases = Vec::new();
+    // (`**` has its own bug with tensor bases; see grad_jvp_div_pow.)
+    for op in [Bin::Add, Bin::Sub, Bin::Mul, Bin::Div] {
+        for (sa, sb) in [(&[][..], &[2, 3][..]), (&[2, 3], &[])] {
+            let (a, b) = (operand(&mut rng, op, Some(sa), true), operand(&mut rng, op, Some(sb), false));
+            cases.push(case(&format!("{sa:?} {} {sb:?}", op.sym()), &format!("$0 {} $1", op.sym()), false, vec![a, b], move |x| {
+                zip(&x[0], &x[1], |p, q| op.eval(p, q))
+            }));
+        }
+    }
+    check_cases(112, cases);
 }
 
 // ------------------------------------------------------------------ .npy

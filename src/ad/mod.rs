@@ -41,7 +41,16 @@ pub enum AdjFrame {
     /// Elementwise: `a.adj += out.adj * da` (and the same for `b`), unbroadcast to a's shape.
     Scale { out: Rc<Tracked>, a: Option<(Rc<Tracked>, Value)>, b: Option<(Rc<Tracked>, Value)> },
     /// A tensor operation: its reverse rule maps `out.adj` to each input's contribution.
-    Op { out: Rc<Tracked>, op: TOp, inputs: Vec<Option<Rc<Tracked>>>, primals: Vec<Value> },
+    /// (Boxed: keeps the common scalar frame small.)
+    Op(Box<OpFrame>),
+}
+
+#[derive(Clone)]
+pub struct OpFrame {
+    out: Rc<Tracked>,
+    op: TOp,
+    inputs: Vec<Option<Rc<Tracked>>>,
+    primals: Vec<Value>,
 }
 
 #[derive(Clone)]
@@ -200,7 +209,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
         .collect();
     let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
     match m.grad_handler(tag) {
-        Some(h) => h.frames.push(AdjFrame::Op { out: out.clone(), op, inputs, primals }),
+        Some(h) => h.frames.push(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
         None => return Ok(y),
     }
     Ok(Value::Tracked(out))
@@ -330,7 +339,8 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
                     accumulate(m, &b, c)?;
                 }
             }
-            AdjFrame::Op { out, op, inputs, primals } => {
+            AdjFrame::Op(frame) => {
+                let OpFrame { out, op, inputs, primals } = *frame;
                 let Some(g) = out.adj.borrow_mut().take() else { continue };
                 let contributions = ops::vjp(m, &op, &primals, &out.primal, g)?;
                 for (inp, c) in inputs.iter().zip(contributions) {

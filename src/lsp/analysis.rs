@@ -18,6 +18,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+/// The names one top-level item defined, with their rendered types.
+type Defined = Vec<(Rc<str>, String)>;
+
 pub struct Analysis {
     pub text: String,
     pub lines: LineIndex,
@@ -30,7 +33,7 @@ pub struct Analysis {
     pub items: Option<Vec<Item>>,
     pub index: Index,
     /// When the whole program checked: the names each item defined, with their types.
-    pub top_types: Option<Vec<Vec<(Rc<str>, String)>>>,
+    pub top_types: Option<Vec<Defined>>,
     pub diagnostics: Vec<lsp::Diagnostic>,
 }
 
@@ -366,6 +369,21 @@ impl Analysis {
             if seen.insert(k.to_string()) {
                 out.push(item(k, lsp::CompletionItemKind::KEYWORD, None));
             }
+        }
+        // Order: locals, then this document's names, then the prelude's, then keywords.
+        let local: HashSet<&str> = locals.iter().map(|d| d.name.as_str()).collect();
+        let mine: HashSet<&str> = self.index.defs.iter().map(|d| d.name.as_str()).collect();
+        for i in &mut out {
+            let rank = if i.kind == Some(lsp::CompletionItemKind::KEYWORD) {
+                3
+            } else if local.contains(i.label.as_str()) {
+                0
+            } else if mine.contains(i.label.as_str()) {
+                1
+            } else {
+                2
+            };
+            i.sort_text = Some(format!("{rank}{}", i.label));
         }
         out
     }
