@@ -490,7 +490,12 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
             let pat = format!("(x{i} : {})", c.ty(i));
             let shown = if c.floats[i] { "g".to_string() } else { "(shape g, to_list g)".to_string() };
             let code = format!("let () =\n  let g = grad (fun {pat} -> {obj}) c{k}_x{i} in\n  println {shown}\n");
-            out.push(Snippet { case: k, what: ["grad wrt $0 alone", "grad wrt $1 alone", "grad wrt $2 alone", "grad wrt $3 alone"][i.min(3)], code, want });
+            out.push(Snippet {
+                case: k,
+                what: ["grad wrt $0 alone", "grad wrt $1 alone", "grad wrt $2 alone", "grad wrt $3 alone"][i.min(3)],
+                code,
+                want,
+            });
             let mut want: Vec<f64> = (c.f)(&c.inputs).iter().copied().collect();
             let dirs: Vec<A> = (0..c.n()).map(|j| if j == i { v[j].clone() } else { v[j].mapv(|_| 0.0) }).collect();
             want.extend(c.fd_dir(&c.inputs, &dirs));
@@ -499,7 +504,12 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
                 pr("y"),
                 pr("t")
             );
-            out.push(Snippet { case: k, what: ["jvp wrt $0 alone", "jvp wrt $1 alone", "jvp wrt $2 alone", "jvp wrt $3 alone"][i.min(3)], code, want });
+            out.push(Snippet {
+                case: k,
+                what: ["jvp wrt $0 alone", "jvp wrt $1 alone", "jvp wrt $2 alone", "jvp wrt $3 alone"][i.min(3)],
+                code,
+                want,
+            });
         }
     }
     if c.second_order {
@@ -1150,9 +1160,13 @@ fn grad_jvp_zero_dimensional_operands() {
     for op in [Bin::Add, Bin::Sub, Bin::Mul, Bin::Div] {
         for (sa, sb) in [(&[][..], &[2, 3][..]), (&[2, 3], &[])] {
             let (a, b) = (operand(&mut rng, op, Some(sa), true), operand(&mut rng, op, Some(sb), false));
-            cases.push(case(&format!("{sa:?} {} {sb:?}", op.sym()), &format!("$0 {} $1", op.sym()), false, vec![a, b], move |x| {
-                zip(&x[0], &x[1], |p, q| op.eval(p, q))
-            }));
+            cases.push(case(
+                &format!("{sa:?} {} {sb:?}", op.sym()),
+                &format!("$0 {} $1", op.sym()),
+                false,
+                vec![a, b],
+                move |x| zip(&x[0], &x[1], |p, q| op.eval(p, q)),
+            ));
         }
     }
     check_cases(112, cases);

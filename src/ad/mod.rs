@@ -186,6 +186,10 @@ pub fn zero_like(v: &Value) -> Value {
 
 /// A tensor operation applied to perturbed arguments (see `tensor::ops::call`).
 pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    let args: Vec<Value> = args.into_iter().map(|a| live(m, a)).collect();
+    if !args.iter().any(is_ad) {
+        return ops::forward(&op, &args);
+    }
     let tag = args.iter().map(tag_of).max().unwrap_or(0);
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
     let y = ops::call(m, op.clone(), primals.clone())?;
@@ -215,7 +219,24 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     Ok(Value::Tracked(out))
 }
 
+/// Strips the perturbations of handlers that are no longer running: a value that escaped its
+/// `grad` or `jvp` (through a reference cell, say) is a plain value of the levels still live.
+fn live(m: &mut Machine, v: Value) -> Value {
+    let mut v = v;
+    loop {
+        v = match v {
+            Value::Tracked(t) if m.grad_handler(t.tag).is_none() => t.primal.clone(),
+            Value::Dual(d) if !m.live_jvps.contains(&d.tag) => d.primal.clone(),
+            other => return other,
+        }
+    }
+}
+
 pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+    let x = live(m, x);
+    if !is_ad(&x) {
+        return apply_un(m, op, x);
+    }
     let tag = tag_of(&x);
     if tag == 0 {
         return Err(Fault::new(format!("internal: `{op:?}` on {}", x.type_name())));
@@ -245,6 +266,10 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
 }
 
 pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
+    let (a, b) = (live(m, a), live(m, b));
+    if !is_ad(&a) && !is_ad(&b) {
+        return m.prim2(p, a, b);
+    }
     let tag = tag_of(&a).max(tag_of(&b));
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let y = m.prim2(p, pa.clone(), pb.clone())?;
@@ -351,9 +376,11 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
             }
         }
     }
+    // Reading an input's adjoint also clears it, so a continuation that re-enters this
+    // `grad` (multi-shot) starts its next backward pass from zero.
     let grads = map_leaves(&state.input, &mut |leaf| {
         Ok(match leaf {
-            Value::Tracked(t) if t.tag == tag => t.adj.borrow().clone().unwrap_or_else(|| zero_like(&t.primal)),
+            Value::Tracked(t) if t.tag == tag => t.adj.borrow_mut().take().unwrap_or_else(|| zero_like(&t.primal)),
             other => zero_like(other),
         })
     })?;
@@ -365,7 +392,8 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
 }
 
 /// `jvp`'s result: (primal output, tangent output) at `tag`.
-pub fn jvp_finish(_m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
+pub fn jvp_finish(m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
+    m.live_jvps.retain(|&t| t != tag);
     let primal = map_leaves(&y, &mut |leaf| Ok(primal_at(leaf, tag)))?;
     let tangent = map_leaves(&y, &mut |leaf| {
         Ok(match leaf {

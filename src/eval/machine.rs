@@ -115,6 +115,8 @@ pub struct Machine {
     pub exit_code: Option<i32>,
     /// The progress bar of a running training loop (see `eval::report`).
     pub progress: Option<super::report::Progress>,
+    /// Tags of the `jvp`s still running (a dual number of any other tag has escaped).
+    pub live_jvps: Vec<u32>,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -144,6 +146,7 @@ impl Machine {
             out: Box::new(std::io::stdout()),
             exit_code: None,
             progress: None,
+            live_jvps: Vec::new(),
         }
     }
 
@@ -701,6 +704,7 @@ impl Machine {
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 let dual = ad::dual(self, &x, &v, tag)?;
+                self.live_jvps.push(tag);
                 self.frames.push(Frame::JvpFinish { tag });
                 Action::Apply(f, vec![dual], span)
             }
