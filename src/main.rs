@@ -11,6 +11,10 @@ struct Cli {
     /// Maximum dp call depth before "stack limit exceeded".
     #[arg(long, global = true, default_value_t = dp::eval::machine::DEFAULT_STACK_LIMIT)]
     stack_limit: usize,
+    /// Where new tensors go: `cpu`, `gpu` (an error without a GPU adapter) or `auto` (the GPU
+    /// when there is one, else the CPU, said once on stderr).
+    #[arg(long, global = true, default_value = "cpu", value_parser = ["cpu", "gpu", "auto"])]
+    device: String,
 }
 
 #[derive(Subcommand)]
@@ -29,12 +33,31 @@ enum Command {
     Lsp,
 }
 
+/// Applies `--device`; false (after saying why) when it cannot be honoured.
+fn set_device(device: &str) -> bool {
+    let choice = match dp::tensor::gpu::DeviceChoice::parse(device) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: --device: {e}");
+            return false;
+        }
+    };
+    match dp::tensor::gpu::set_default_device(choice) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("error: --device {device}: {e}");
+            false
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The checker recurses on the syntax tree; give it room for deeply nested programs.
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || match cli.command {
+            Some(Command::Run { .. }) | Some(Command::Repl) | None if !set_device(&cli.device) => 1,
             Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),

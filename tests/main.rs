@@ -3,6 +3,7 @@
 mod ad;
 mod editors;
 mod golden;
+mod gpu;
 mod lsp;
 mod repl;
 mod snapshots;

@@ -441,7 +441,7 @@ fn tuple(xs: &[String]) -> String {
 /// One line of dp output and what it should be.
 struct Snippet {
     case: usize,
-    what: &'static str,
+    what: String,
     code: String,
     want: Vec<f64>,
 }
@@ -451,7 +451,8 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
     let dirs = tuple(&c.names(&format!("c{k}_v")));
     let mut out = Vec::new();
     // grad, with the gradient's shapes
-    let want = c.with_shapes(&c.fd_grad(&c.inputs, r));
+    let fd = c.fd_grad(&c.inputs, r);
+    let want = c.with_shapes(&fd);
     let code = format!(
         "let () =\n  let {} = grad (fun {} -> {}) {args} in\n  println {}\n",
         c.tup("g"),
@@ -459,7 +460,7 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
         c.objective("x", k),
         c.show("g")
     );
-    out.push(Snippet { case: k, what: "grad", code, want });
+    out.push(Snippet { case: k, what: "grad".into(), code, want });
     // jvp: primal and tangent
     let mut want: Vec<f64> = (c.f)(&c.inputs).iter().copied().collect();
     want.extend(c.fd_dir(&c.inputs, v));
@@ -471,7 +472,7 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
         pr("y"),
         pr("t")
     );
-    out.push(Snippet { case: k, what: "jvp", code, want });
+    out.push(Snippet { case: k, what: "jvp".into(), code, want });
     // With more than one input: each input alone, the others constants (a constant operand
     // must not change the shape or type of a tangent or an adjoint).
     if c.n() > 1 {
@@ -479,23 +480,16 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
             let mut names = c.names(&format!("c{k}_x"));
             names[i] = format!("x{i}");
             let body = c.subst(&names);
-            let mut e = vec![Vec::new(); c.n()];
-            e[i] = c.fd_grad(&c.inputs, r)[i].clone();
             let mut want = Vec::new();
             if !c.floats[i] {
                 want.extend(c.inputs[i].shape().iter().map(|&d| d as f64));
             }
-            want.extend(&e[i]);
+            want.extend(&fd[i]);
             let obj = if c.out_float { body.clone() } else { format!("sum (({body}) * c{k}_r)") };
             let pat = format!("(x{i} : {})", c.ty(i));
             let shown = if c.floats[i] { "g".to_string() } else { "(shape g, to_list g)".to_string() };
             let code = format!("let () =\n  let g = grad (fun {pat} -> {obj}) c{k}_x{i} in\n  println {shown}\n");
-            out.push(Snippet {
-                case: k,
-                what: ["grad wrt $0 alone", "grad wrt $1 alone", "grad wrt $2 alone", "grad wrt $3 alone"][i.min(3)],
-                code,
-                want,
-            });
+            out.push(Snippet { case: k, what: format!("grad wrt ${i} alone"), code, want });
             let mut want: Vec<f64> = (c.f)(&c.inputs).iter().copied().collect();
             let dirs: Vec<A> = (0..c.n()).map(|j| if j == i { v[j].clone() } else { v[j].mapv(|_| 0.0) }).collect();
             want.extend(c.fd_dir(&c.inputs, &dirs));
@@ -504,12 +498,7 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
                 pr("y"),
                 pr("t")
             );
-            out.push(Snippet {
-                case: k,
-                what: ["jvp wrt $0 alone", "jvp wrt $1 alone", "jvp wrt $2 alone", "jvp wrt $3 alone"][i.min(3)],
-                code,
-                want,
-            });
+            out.push(Snippet { case: k, what: format!("jvp wrt ${i} alone"), code, want });
         }
     }
     if c.second_order {
@@ -527,13 +516,13 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
             dot.join(" + "),
             c.show("g")
         );
-        out.push(Snippet { case: k, what: "grad of grad", code, want: want.clone() });
+        out.push(Snippet { case: k, what: "grad of grad".into(), code, want: want.clone() });
         let code = format!(
             "let () =\n  let (_, {}) = jvp (grad {inner}) {args} {dirs} in\n  println {}\n",
             c.tup("g"),
             c.show("g")
         );
-        out.push(Snippet { case: k, what: "jvp of grad", code, want: want.clone() });
+        out.push(Snippet { case: k, what: "jvp of grad".into(), code, want: want.clone() });
         let code = format!(
             "let () =\n  let {} = grad (fun {} -> let (_, tt) = jvp {inner} {} {dirs} in tt) {args} in\n  println {}\n",
             c.tup("g"),
@@ -541,7 +530,7 @@ fn snippets(k: usize, c: &Case, r: &A, v: &[A]) -> Vec<Snippet> {
             c.tup("x"),
             c.show("g")
         );
-        out.push(Snippet { case: k, what: "grad of jvp", code, want });
+        out.push(Snippet { case: k, what: "grad of jvp".into(), code, want });
     }
     out
 }

@@ -163,7 +163,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
 pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
-        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(t.map(|v| op.eval(v as f64) as f32)))),
+        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(t.unary(op)?))),
         other => unary(m, op, other),
     }
 }
@@ -179,7 +179,7 @@ pub fn shape_of(v: &Value) -> Vec<usize> {
 /// A zero of the same shape as `v`.
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
-        Value::Tensor(t) => Value::Tensor(Rc::new(Tensor::zeros(t.shape()))),
+        Value::Tensor(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
         _ => Value::Float(0.0),
     }
 }
@@ -308,7 +308,7 @@ fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
         // Adjoints accumulate in place when this sum is the only owner of the tensor.
         (Value::Tensor(mut x), Value::Tensor(y)) if x.shape() == y.shape() => match Rc::get_mut(&mut x) {
             Some(t) => {
-                *t.array_mut() += y.array();
+                t.add_assign(&y)?;
                 Ok(Value::Tensor(x))
             }
             None => m.prim2(Prim::Add, Value::Tensor(x), Value::Tensor(y)),

@@ -737,7 +737,7 @@ impl Machine {
         match (p, &a) {
             (Prim::Neg, Value::Int(n)) => Ok(Value::Int(n.wrapping_neg())),
             (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
-            (Prim::Neg, Value::Tensor(t)) => Ok(Value::Tensor(Rc::new(t.map(|x| -x)))),
+            (Prim::Neg, Value::Tensor(t)) => Ok(Value::Tensor(Rc::new(t.unary(crate::ad::rules::Un::Neg)?))),
             (Prim::Neg, _) => ad::unary(self, crate::ad::rules::Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),

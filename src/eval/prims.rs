@@ -67,7 +67,8 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Float => Value::Float(int(arg())? as f64),
         B::Int => {
             let x = float(arg())?;
-            if !x.is_finite() || x.abs() >= 9.2e18 {
+            // Every float in [-2^63, 2^63) truncates to an Int.
+            if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&x) {
                 return Err(Fault::new(format!("cannot convert {} to Int", fmt_float(x))));
             }
             Value::Int(x.trunc() as i64)
@@ -87,7 +88,7 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let s = string(arg())?;
             let (start, len) = (int(arg())?, int(arg())?);
             let n = s.chars().count() as i64;
-            if start < 0 || len < 0 || start + len > n {
+            if start < 0 || len < 0 || start.checked_add(len).is_none_or(|end| end > n) {
                 return Err(Fault::new(format!("substring {start} {len} is out of range for a string of length {n}")));
             }
             Value::str(s.chars().skip(start as usize).take(len as usize).collect::<String>())

@@ -239,25 +239,13 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
             out.push_str(&c.name);
             for a in &c.args {
                 out.push(' ');
-                let atomic = match a {
-                    Value::Con(c2) => c2.args.is_empty(),
-                    Value::Int(n) => *n >= 0,
-                    Value::Float(x) => *x >= 0.0,
-                    _ => true,
-                };
-                if atomic {
-                    show_into(a, false, out, depth + 1);
-                } else {
-                    out.push('(');
-                    show_into(a, false, out, depth + 1);
-                    out.push(')');
-                }
+                show_arg(a, out, depth + 1);
             }
         }
         Value::Ref(r) => {
             out.push_str("ref ");
             match r.try_borrow() {
-                Ok(x) => show_into(&x, false, out, depth + 1),
+                Ok(x) => show_arg(&x, out, depth + 1),
                 Err(_) => out.push('…'),
             }
         }
@@ -265,6 +253,25 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
         Value::Cont(_) => out.push_str("<continuation>"),
         Value::Tracked(_) | Value::Dual(_) => show_into(&crate::ad::strip(v), top, out, depth),
         Value::Tensor(t) => show_tensor(t, out),
+    }
+}
+
+/// An argument of a constructor or `ref`: parenthesised unless it prints as one token.
+fn show_arg(v: &Value, out: &mut String, depth: usize) {
+    let v = crate::ad::strip(v);
+    let atomic = match &v {
+        Value::Con(c) => c.args.is_empty(),
+        Value::Int(n) => *n >= 0,
+        Value::Float(x) => x.is_sign_positive() || x.is_nan(),
+        Value::Ref(_) | Value::Tensor(_) => false,
+        _ => true,
+    };
+    if !atomic {
+        out.push('(');
+    }
+    show_into(&v, false, out, depth);
+    if !atomic {
+        out.push(')');
     }
 }
 

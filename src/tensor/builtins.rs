@@ -2,7 +2,7 @@
 //! conversions. Differentiable ones go through `ops::call`.
 
 use super::ops::{self, TOp};
-use super::{fmt_shape, npy, Rng, Tensor};
+use super::{fmt_shape, gpu, npy, Device, Rng, Tensor};
 use crate::ad;
 use crate::builtins::B;
 use crate::eval::machine::{FResult, Fault, Machine};
@@ -11,6 +11,17 @@ use std::rc::Rc;
 
 fn wrap(t: Tensor) -> Value {
     Value::Tensor(Rc::new(t))
+}
+
+/// A new tensor, on the default device (`--device`).
+fn new(t: Tensor) -> FResult<Value> {
+    Ok(wrap(t.place()?))
+}
+
+/// A new tensor of `shape` filled with `v`, made directly on the default device.
+fn new_full(shape: &[usize], v: f32) -> FResult<Value> {
+    let d = if gpu::default_is_gpu()? { Device::Gpu } else { Device::Cpu };
+    Ok(wrap(Tensor::full_on(d, shape, v)?))
 }
 
 fn int(v: &Value) -> FResult<i64> {
@@ -94,23 +105,23 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     Ok(match b {
-        B::TensorOf => wrap(from_nested(&arg())?),
-        B::Zeros => wrap(Tensor::zeros(&shape_arg(&arg())?)),
-        B::Ones => wrap(Tensor::full(&shape_arg(&arg())?, 1.0)),
+        B::TensorOf => new(from_nested(&arg())?)?,
+        B::Zeros => new_full(&shape_arg(&arg())?, 0.0)?,
+        B::Ones => new_full(&shape_arg(&arg())?, 1.0)?,
         B::Full => {
             let s = shape_arg(&arg())?;
-            wrap(Tensor::full(&s, float(&arg())? as f32))
+            new_full(&s, float(&arg())? as f32)?
         }
         B::Arange => {
             let n = index(&arg(), "arange's length")?;
-            wrap(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)
+            new(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)?
         }
         B::Randn => {
             let seed = int(&arg())?;
             let s = shape_arg(&arg())?;
             let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
-            wrap(Tensor::from_vec(&s, (0..n).map(|_| rng.normal() as f32).collect())?)
+            new(Tensor::from_vec(&s, (0..n).map(|_| rng.normal() as f32).collect())?)?
         }
         B::Uniform => {
             let seed = int(&arg())?;
@@ -118,9 +129,9 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let s = shape_arg(&arg())?;
             let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
-            wrap(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)
+            new(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)?
         }
-        B::LoadNpy => wrap(npy::load(&string(&arg())?)?),
+        B::LoadNpy => new(npy::load(&string(&arg())?)?)?,
         B::SaveNpy => {
             let path = string(&arg())?;
             let t = plain_tensor(&arg())?;
@@ -162,7 +173,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             }
             let mut v = vec![0.0; n];
             v[i] = 1.0;
-            wrap(Tensor::from_vec(&[n], v)?)
+            new(Tensor::from_vec(&[n], v)?)?
         }
         B::Sum => ops::call(m, TOp::Sum, vec![arg()])?,
         B::Mean => ops::call(m, TOp::Mean, vec![arg()])?,
@@ -203,14 +214,15 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::ToDevice => {
             let dev = string(&arg())?;
             let t = arg();
-            match dev.as_str() {
-                "cpu" => t,
+            let d = match dev.as_str() {
+                "cpu" => Device::Cpu,
                 "gpu" => {
-                    return Err(Fault::new("no GPU backend in this build: tensors live on the CPU")
-                        .help("`to_device \"cpu\" t` is the only device for now"))
+                    gpu::context()?;
+                    Device::Gpu
                 }
                 other => return Err(Fault::new(format!("unknown device `{other}` (known: cpu, gpu)"))),
-            }
+            };
+            ops::call(m, TOp::ToDevice(d), vec![t])?
         }
         other => return Err(Fault::new(format!("internal: {other:?} is not a tensor builtin"))),
     })

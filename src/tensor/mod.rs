@@ -1,8 +1,10 @@
 //! Tensors: one front (shape + storage) and backends behind `Storage` (DESIGN.md principle 6).
-//! Only the CPU backend (ndarray) exists so far; every operation dispatches on the storage of
-//! its operands, so a GPU variant can be added without touching the front.
+//! The CPU backend is ndarray; the GPU backend (`gpu/`) keeps wgpu buffers on the device.
+//! Every operation dispatches on the storage of its operands (`ops::forward`,
+//! `ops::elementwise`); operands on two devices are an error.
 
 pub mod builtins;
+pub mod gpu;
 pub mod npy;
 pub mod ops;
 pub mod tree;
@@ -12,11 +14,29 @@ use ndarray::{ArrayD, Axis, IxDyn};
 #[derive(Clone, Debug)]
 pub enum Storage {
     Cpu(ArrayD<f32>),
+    /// A buffer on the GPU; read back only to print, convert, compare or save.
+    Gpu(gpu::GpuTensor),
 }
 
 #[derive(Clone, Debug)]
 pub struct Tensor {
     pub storage: Storage,
+}
+
+/// The two devices a tensor can live on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Gpu,
+}
+
+impl Device {
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Gpu => "gpu",
+        }
+    }
 }
 
 pub type TResult<T> = Result<T, String>;
@@ -29,21 +49,68 @@ impl Tensor {
     pub fn from_array(a: ArrayD<f32>) -> Tensor {
         Tensor { storage: Storage::Cpu(a) }
     }
+    pub fn from_gpu(g: gpu::GpuTensor) -> Tensor {
+        Tensor { storage: Storage::Gpu(g) }
+    }
+    /// The data as an ndarray: a GPU tensor is read back (once; the copy is kept).
     pub fn array(&self) -> &ArrayD<f32> {
         match &self.storage {
             Storage::Cpu(a) => a,
+            Storage::Gpu(g) => g.host(),
         }
     }
+    /// Mutable host data. A GPU tensor is moved to the CPU first (GPU code paths never call
+    /// this; in-place accumulation goes through `add_assign`).
     pub fn array_mut(&mut self) -> &mut ArrayD<f32> {
+        if let Storage::Gpu(g) = &self.storage {
+            self.storage = Storage::Cpu(g.host().clone());
+        }
         match &mut self.storage {
             Storage::Cpu(a) => a,
+            Storage::Gpu(_) => unreachable!("moved to the CPU above"),
         }
     }
+    pub fn device(&self) -> Device {
+        match self.storage {
+            Storage::Cpu(_) => Device::Cpu,
+            Storage::Gpu(_) => Device::Gpu,
+        }
+    }
+    pub fn gpu(&self) -> Option<&gpu::GpuTensor> {
+        match &self.storage {
+            Storage::Gpu(g) => Some(g),
+            Storage::Cpu(_) => None,
+        }
+    }
+    pub fn is_gpu(&self) -> bool {
+        self.gpu().is_some()
+    }
+    /// The same tensor on `d` (a copy across devices, or itself).
+    pub fn to_device(&self, d: Device) -> TResult<Tensor> {
+        Ok(match (&self.storage, d) {
+            (Storage::Cpu(a), Device::Gpu) => Tensor::from_gpu(gpu::upload(a)?),
+            (Storage::Gpu(g), Device::Cpu) => Tensor::from_array(g.host().clone()),
+            _ => self.clone(),
+        })
+    }
+    /// Where construction builtins put a new tensor: on the default device (`--device`).
+    pub fn place(self) -> TResult<Tensor> {
+        if !self.is_gpu() && gpu::default_is_gpu()? {
+            return self.to_device(Device::Gpu);
+        }
+        Ok(self)
+    }
     pub fn shape(&self) -> &[usize] {
-        self.array().shape()
+        match &self.storage {
+            Storage::Cpu(a) => a.shape(),
+            Storage::Gpu(g) => &g.shape,
+        }
     }
     pub fn len(&self) -> usize {
-        self.array().len()
+        match &self.storage {
+            Storage::Cpu(a) => a.len(),
+            Storage::Gpu(g) => g.len(),
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -54,11 +121,69 @@ impl Tensor {
     pub fn full(shape: &[usize], v: f32) -> Tensor {
         Tensor::from_array(ArrayD::from_elem(IxDyn(shape), v))
     }
+    /// A tensor of `shape` filled with `v` on device `d`.
+    pub fn full_on(d: Device, shape: &[usize], v: f32) -> TResult<Tensor> {
+        match d {
+            Device::Cpu => Ok(Tensor::full(shape, v)),
+            Device::Gpu => Ok(Tensor::from_gpu(gpu::kernels::full(shape, v)?)),
+        }
+    }
+    /// Zeros of this tensor's shape, on its device.
+    pub fn zeros_like(&self) -> TResult<Tensor> {
+        Tensor::full_on(self.device(), self.shape(), 0.0)
+    }
     pub fn from_vec(shape: &[usize], data: Vec<f32>) -> TResult<Tensor> {
         ArrayD::from_shape_vec(IxDyn(shape), data).map(Tensor::from_array).map_err(|e| e.to_string())
     }
+    /// Applies `f` to every element. GPU tensors have no kernel for an arbitrary closure: this
+    /// is an explicit CPU fallback (read back, map, upload); GPU code paths use `unary`.
     pub fn map(&self, f: impl Fn(f32) -> f32) -> Tensor {
-        Tensor::from_array(self.array().mapv(f))
+        match &self.storage {
+            Storage::Cpu(a) => Tensor::from_array(a.mapv(f)),
+            Storage::Gpu(g) => {
+                let a = g.host().mapv(f);
+                match gpu::upload(&a) {
+                    Ok(t) => Tensor::from_gpu(t),
+                    Err(_) => Tensor::from_array(a),
+                }
+            }
+        }
+    }
+    /// An elementwise math function (`sin`, `exp`, `tanh`, ...), on the tensor's device.
+    pub fn unary(&self, op: crate::ad::rules::Un) -> TResult<Tensor> {
+        match &self.storage {
+            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|v| op.eval(v as f64) as f32))),
+            Storage::Gpu(g) => gpu::ops::unary(op, g).map(Tensor::from_gpu),
+        }
+    }
+    /// Elements clamped to [lo, hi], on the tensor's device.
+    pub fn clamp(&self, lo: f32, hi: f32) -> TResult<Tensor> {
+        match &self.storage {
+            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|x| x.clamp(lo, hi)))),
+            Storage::Gpu(g) => gpu::kernels::unary(gpu::kernels::UnOp::Clamp, g, lo, hi).map(Tensor::from_gpu),
+        }
+    }
+    /// `self += other` for equal shapes: in place when this tensor owns its data alone (adjoint
+    /// accumulation), else into a new buffer.
+    pub fn add_assign(&mut self, other: &Tensor) -> TResult<()> {
+        if self.device() != other.device() {
+            return Err(format!(
+                "`+`: the operands are on two devices ({} and {}); move one with `to_device`",
+                self.device().name(),
+                other.device().name()
+            ));
+        }
+        match &mut self.storage {
+            Storage::Cpu(a) => *a += other.array(),
+            Storage::Gpu(g) => {
+                let src = other.gpu().ok_or("internal: device mismatch")?;
+                match g.unique_mut() {
+                    Some(dst) => gpu::kernels::accumulate(dst, src)?,
+                    None => *g = gpu::kernels::binary(gpu::kernels::BinOp::Add, g, src)?,
+                }
+            }
+        }
+        Ok(())
     }
     pub fn data(&self) -> Vec<f32> {
         self.array().iter().copied().collect()

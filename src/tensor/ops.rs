@@ -3,7 +3,7 @@
 //! `call` and the machine's generic arithmetic, so they are differentiable themselves and
 //! higher-order derivatives through tensor code need nothing extra.
 
-use super::{fmt_shape, matmul, sum_to, transpose, zip_with, Tensor};
+use super::{fmt_shape, matmul, sum_to, transpose, zip_with, Device, Tensor};
 use crate::ad;
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
@@ -54,6 +54,8 @@ pub enum TOp {
     MaxPool2dGrad(usize),
     /// (x, t): t at each window's maximum of x (the forward-mode rule of max pooling).
     MaxPool2dPick(usize),
+    /// Moves a tensor to a device (`to_device`); its adjoint moves back.
+    ToDevice(Device),
 }
 
 fn tensor_of(v: &Value) -> FResult<&Tensor> {
@@ -93,6 +95,16 @@ fn check_axis(t: &Tensor, axis: usize, what: &str) -> FResult<()> {
 
 /// The forward definition of `op` on plain values.
 pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
+    if let TOp::ToDevice(d) = op {
+        return Ok(match &args[0] {
+            Value::Tensor(t) => wrap(t.to_device(*d)?),
+            other => other.clone(),
+        });
+    }
+    // Operations with a GPU operand run on the GPU (gpu/ops.rs; mixed devices are an error).
+    if args.iter().any(|a| matches!(a, Value::Tensor(t) if t.is_gpu())) {
+        return super::gpu::ops::forward(op, args);
+    }
     let t0 = || tensor_of(&args[0]);
     Ok(match op {
         TOp::MatMul => wrap(matmul(t0()?, tensor_of(&args[1])?)?),
@@ -240,6 +252,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         TOp::MaxPool2d(k) => wrap(super::max_pool2d(t0()?, *k, None)?),
         TOp::MaxPool2dGrad(k) => wrap(super::max_pool2d(t0()?, *k, Some(tensor_of(&args[1])?))?),
         TOp::MaxPool2dPick(k) => wrap(super::max_pool2d_pick(t0()?, *k, tensor_of(&args[1])?)?),
+        TOp::ToDevice(_) => args[0].clone(), // handled above
         TOp::ArgmaxMask => {
             let t = t0()?;
             let mut out = ArrayD::<f32>::zeros(IxDyn(t.shape()));
@@ -291,6 +304,31 @@ fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
     call(m, TOp::Reshape(shape), vec![s])
 }
 
+/// The device of a (possibly perturbed) tensor; the CPU for Floats.
+fn device_of(v: &Value) -> Device {
+    match ad::strip(v) {
+        Value::Tensor(t) => t.device(),
+        _ => Device::Cpu,
+    }
+}
+
+/// A Float adjoint `g` spread over the shape of `x`, on x's device (the adjoint of a
+/// reduction to a Float).
+fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
+    let s0 = shape_of(x);
+    if device_of(x) == Device::Gpu {
+        return match g {
+            Value::Float(v) => Ok(wrap(Tensor::full_on(Device::Gpu, &s0, v as f32)?)),
+            Value::Tensor(_) => call(m, TOp::BroadcastTo(s0), vec![g]),
+            g => {
+                let ones = wrap(Tensor::full_on(Device::Gpu, &s0, 1.0)?);
+                mul(m, ones, g)
+            }
+        };
+    }
+    call(m, TOp::BroadcastTo(s0), vec![g])
+}
+
 /// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
 pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FResult<Vec<Option<Value>>> {
     let s0 = shape_of(&xs[0]);
@@ -322,11 +360,11 @@ pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FRes
                 _ => vec![Some(mul(m, g.clone(), b)?), Some(mul(m, g, a)?)],
             }
         }
-        TOp::Sum | TOp::Item => vec![Some(call(m, TOp::BroadcastTo(s0), vec![g])?)],
+        TOp::Sum | TOp::Item => vec![Some(spread(m, &xs[0], g)?)],
         TOp::Mean => {
             let n = s0.iter().product::<usize>().max(1) as f64;
             let gn = m.prim2(Prim::Div, g, Value::Float(n))?;
-            vec![Some(call(m, TOp::BroadcastTo(s0), vec![gn])?)]
+            vec![Some(spread(m, &xs[0], gn)?)]
         }
         TOp::Max => {
             let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
@@ -387,6 +425,7 @@ pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FRes
             ]
         }
         TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), ad::strip(&g)])?)],
+        TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
         TOp::Step
         | TOp::Sign
         | TOp::ArgmaxMask
@@ -423,7 +462,7 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
                 .zip(ts)
                 .map(|(x, t)| match t {
                     Some(t) => Ok(t.clone()),
-                    None => forward(&TOp::BroadcastTo(shape_of(x)), &[Value::Float(0.0)]),
+                    None => Ok(ad::zero_like(x)),
                 })
                 .collect::<FResult<Vec<_>>>()?;
             call(m, op.clone(), parts)
@@ -485,6 +524,9 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
 
 /// Elementwise arithmetic on plain tensors and Floats (broadcasting).
 pub fn elementwise(p: Prim, a: &Value, b: &Value) -> FResult<Value> {
+    if [a, b].iter().any(|v| matches!(v, Value::Tensor(t) if t.is_gpu())) {
+        return super::gpu::ops::elementwise(p, a, b);
+    }
     let f: fn(f32, f32) -> f32 = match p {
         Prim::Add => |x, y| x + y,
         Prim::Sub => |x, y| x - y,

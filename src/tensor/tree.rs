@@ -20,15 +20,12 @@ fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
     ad::apply_un(m, crate::ad::rules::Un::Sqrt, v)
 }
 
-fn clip(v: &Value, lo: f64, hi: f64) -> Value {
-    match ad::strip(v) {
+fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
+    Ok(match ad::strip(v) {
         Value::Float(x) => Value::Float(x.clamp(lo, hi)),
-        Value::Tensor(t) => {
-            let (lo, hi) = (lo as f32, hi as f32);
-            Value::Tensor(std::rc::Rc::new(t.map(|x| x.clamp(lo, hi))))
-        }
+        Value::Tensor(t) => Value::Tensor(std::rc::Rc::new(t.clamp(lo as f32, hi as f32)?)),
         other => other,
-    }
+    })
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
@@ -51,7 +48,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::TreeSqrt => map_leaves(&arg(), &mut |x| sqrt(m, x.clone()))?,
         B::TreeClip => {
             let (lo, hi) = (float(&arg())?, float(&arg())?);
-            map_leaves(&arg(), &mut |x| Ok(clip(x, lo, hi)))?
+            map_leaves(&arg(), &mut |x| clip(x, lo, hi))?
         }
         B::TreeZeros => map_leaves(&arg(), &mut |x| Ok(ad::zero_like(x)))?,
         B::TreeSumSquares => {

@@ -576,6 +576,7 @@ impl Checker {
                 }
             }
             ItemKind::LetRec(defs) => {
+                check_distinct(defs)?;
                 self.level += 1;
                 let mut tys = Vec::new();
                 let mut globals = Vec::new();
@@ -1355,6 +1356,7 @@ impl Checker {
     }
 
     fn infer_letrec(&mut self, defs: &[FunDef], body: &Expr) -> R<(Core, Ty)> {
+        check_distinct(defs)?;
         self.level += 1;
         let m = self.mark();
         let depth = self.fun_depth();
@@ -1543,6 +1545,18 @@ fn name_lambda(l: &mut Rc<Lambda>, name: &str) {
     if &*l.name == "fun" {
         Rc::make_mut(l).name = name.into();
     }
+}
+
+/// The functions of one `let rec … and …` must have distinct names.
+fn check_distinct(defs: &[FunDef]) -> R<()> {
+    for (i, d) in defs.iter().enumerate() {
+        if let Some(first) = defs[..i].iter().find(|e| e.name == d.name) {
+            return Err(Diagnostic::error(Phase::Type, format!("`{}` is defined twice in this `let rec`", d.name))
+                .label(d.name_span, "second definition")
+                .label(first.name_span, "first definition"));
+        }
+    }
+    Ok(())
 }
 
 fn lit(l: &Lit) -> (Core, Ty) {

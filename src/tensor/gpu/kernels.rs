@@ -1,0 +1,565 @@
+//! The GPU kernels, one function per operation: each checks shapes, allocates its output, and
+//! records a dispatch of the family's shader (`shaders/*.wgsl`). Nothing here waits for the
+//! GPU except `reduce_all` (its Float result is read back).
+
+use super::{context, Gpu, GpuTensor};
+use crate::tensor::{broadcast_shape, fmt_shape, TResult};
+
+const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
+const UNARY: (&str, &str) = ("unary.wgsl", include_str!("shaders/unary.wgsl"));
+const MATMUL: (&str, &str) = ("matmul.wgsl", include_str!("shaders/matmul.wgsl"));
+const REDUCE: (&str, &str) = ("reduce.wgsl", include_str!("shaders/reduce.wgsl"));
+const SOFTMAX: (&str, &str) = ("softmax.wgsl", include_str!("shaders/softmax.wgsl"));
+const LAYOUT: (&str, &str) = ("layout.wgsl", include_str!("shaders/layout.wgsl"));
+const CONV: (&str, &str) = ("conv.wgsl", include_str!("shaders/conv.wgsl"));
+
+/// Every (shader, entry point) pair, for the test that compiles them all.
+pub const ENTRY_POINTS: &[((&str, &str), &str)] = &[
+    (ELEMENTWISE, "binary"),
+    (ELEMENTWISE, "binary_same"),
+    (ELEMENTWISE, "binary_scalar"),
+    (ELEMENTWISE, "accumulate"),
+    (UNARY, "unary"),
+    (UNARY, "fill"),
+    (MATMUL, "matmul"),
+    (REDUCE, "reduce_all"),
+    (REDUCE, "reduce_groups"),
+    (REDUCE, "reduce_groups_thread"),
+    (SOFTMAX, "softmax"),
+    (LAYOUT, "strided_copy"),
+    (CONV, "conv2d"),
+    (CONV, "conv2d_dx"),
+    (CONV, "conv2d_dw"),
+    (CONV, "max_pool"),
+    (CONV, "max_pool_grad"),
+    (CONV, "max_pool_pick"),
+];
+
+/// Compiles every pipeline (a test that the WGSL is valid on this adapter).
+pub fn compile_all() -> TResult<()> {
+    let g = context()?;
+    for ((file, src), entry) in ENTRY_POINTS {
+        g.pipeline(file, src, entry)?;
+    }
+    Ok(())
+}
+
+fn pipe(g: &Gpu, shader: (&'static str, &'static str), entry: &'static str) -> TResult<wgpu::ComputePipeline> {
+    g.pipeline(shader.0, shader.1, entry)
+}
+
+fn u32_of(n: usize, what: &str) -> TResult<u32> {
+    u32::try_from(n).map_err(|_| format!("{what} ({n}) is too large for the GPU backend"))
+}
+
+fn words(xs: &[usize]) -> TResult<Vec<u32>> {
+    xs.iter().map(|&x| u32_of(x, "a dimension")).collect()
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+fn groups(n: usize, wg: usize) -> u64 {
+    n.div_ceil(wg) as u64
+}
+
+fn new_output(g: &Gpu, shape: Vec<usize>) -> TResult<GpuTensor> {
+    let n: usize = shape.iter().product();
+    Ok(GpuTensor::new(g.alloc(n)?, shape))
+}
+
+/// Binary arithmetic codes of `elementwise.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add = 0,
+    Sub = 1,
+    Mul = 2,
+    Div = 3,
+    Pow = 4,
+}
+
+/// `a op b` with NumPy broadcasting.
+pub fn binary(op: BinOp, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+    let g = context()?;
+    let shape = broadcast_shape(&a.shape, &b.shape)?;
+    let out = new_output(g, shape.clone())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    if a.shape == b.shape {
+        let p = pipe(g, ELEMENTWISE, "binary_same")?;
+        let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32]);
+        g.dispatch(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], groups(n, 256))?;
+        return Ok(out);
+    }
+    let rank = shape.len();
+    let bstride = |s: &[usize]| -> Vec<usize> {
+        let st = strides(s);
+        (0..rank)
+            .map(|d| {
+                let pad = rank - s.len();
+                if d < pad || s[d - pad] == 1 {
+                    0
+                } else {
+                    st[d - pad]
+                }
+            })
+            .collect()
+    };
+    let mut prm = vec![u32_of(n, "a tensor's size")?, op as u32, rank as u32, 0];
+    prm.extend(words(&shape)?);
+    prm.extend(words(&bstride(&a.shape))?);
+    prm.extend(words(&bstride(&b.shape))?);
+    let p = pipe(g, ELEMENTWISE, "binary")?;
+    let prm = g.meta(&prm);
+    g.dispatch(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], groups(n, 256))?;
+    Ok(out)
+}
+
+/// `a op s` (or `s op a` when `scalar_left`) for a Float s.
+pub fn binary_scalar(op: BinOp, a: &GpuTensor, s: f32, scalar_left: bool) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, a.shape.clone())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    let p = pipe(g, ELEMENTWISE, "binary_scalar")?;
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, s.to_bits(), scalar_left as u32]);
+    g.dispatch(&p, &[(0, &prm), (1, a.raw()), (3, out.raw())], groups(n, 256))?;
+    Ok(out)
+}
+
+/// `dst += src` in place (same shapes; the caller owns `dst` alone).
+pub fn accumulate(dst: &wgpu::Buffer, src: &GpuTensor) -> TResult<()> {
+    let g = context()?;
+    let n = src.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let p = pipe(g, ELEMENTWISE, "accumulate")?;
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?]);
+    g.dispatch(&p, &[(0, &prm), (1, src.raw()), (3, dst)], groups(n, 256))
+}
+
+/// Unary codes of `unary.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg = 0,
+    Sin = 1,
+    Cos = 2,
+    Tan = 3,
+    Exp = 4,
+    Log = 5,
+    Sqrt = 6,
+    Tanh = 7,
+    Sigmoid = 8,
+    Relu = 9,
+    Abs = 10,
+    Step = 11,
+    Sign = 12,
+    Clamp = 13,
+}
+
+pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, x.shape.clone())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    let p = pipe(g, UNARY, "unary")?;
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, p0.to_bits(), p1.to_bits()]);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(n, 256))?;
+    Ok(out)
+}
+
+/// A new tensor of `shape` filled with `v`.
+pub fn full(shape: &[usize], v: f32) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, shape.to_vec())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    if v == 0.0 && v.is_sign_positive() {
+        g.record(|enc| enc.clear_buffer(out.raw(), 0, None))?;
+        return Ok(out);
+    }
+    let p = pipe(g, UNARY, "fill")?;
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, 0, v.to_bits()]);
+    g.dispatch(&p, &[(0, &prm), (2, out.raw())], groups(n, 256))?;
+    Ok(out)
+}
+
+/// C = A · B for A [m, k], B [k, n] (row-major), giving [m, n].
+fn gemm(a: &GpuTensor, b: &GpuTensor, m: usize, k: usize, n: usize, shape: Vec<usize>) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, shape)?;
+    if m == 0 || n == 0 {
+        return Ok(out);
+    }
+    if k == 0 {
+        g.record(|enc| enc.clear_buffer(out.raw(), 0, None))?;
+        return Ok(out);
+    }
+    let p = pipe(g, MATMUL, "matmul")?;
+    let prm =
+        g.meta(&[u32_of(m, "a matrix dimension")?, u32_of(n, "a matrix dimension")?, u32_of(k, "a matrix dimension")?]);
+    let (x, y) = (u32_of(n.div_ceil(64), "a grid dimension")?, u32_of(m.div_ceil(64), "a grid dimension")?);
+    g.dispatch_xy(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], x, y)?;
+    Ok(out)
+}
+
+/// `@`: matrix-matrix, matrix-vector, vector-matrix and vector-vector, as on the CPU.
+pub fn matmul(a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+    let (sa, sb) = (&a.shape, &b.shape);
+    let err = || format!("matrix product of shapes {} and {}: inner dimensions differ", fmt_shape(sa), fmt_shape(sb));
+    match (sa.len(), sb.len()) {
+        (2, 2) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], sb[1], vec![sa[0], sb[1]]),
+        (2, 1) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], 1, vec![sa[0]]),
+        (1, 2) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], sb[1], vec![sb[1]]),
+        (1, 1) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], 1, vec![]),
+        (2, 2) | (2, 1) | (1, 2) | (1, 1) => Err(err()),
+        _ => Err(format!("`@` multiplies matrices and vectors; got shapes {} and {}", fmt_shape(sa), fmt_shape(sb))),
+    }
+}
+
+/// Reduction codes of `reduce.wgsl`'s `reduce_all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fold {
+    Sum = 0,
+    Max = 1,
+    /// Σ exp(x − shift)
+    SumExp = 2,
+}
+
+/// Folds every element to one value (read back): a tree per workgroup, then again over the
+/// workgroups' partials until one is left.
+pub fn reduce_all(x: &GpuTensor, fold: Fold, shift: f32) -> TResult<f32> {
+    let g = context()?;
+    let mut n = x.len();
+    if n == 0 {
+        return Ok(if fold == Fold::Max { f32::NEG_INFINITY } else { 0.0 });
+    }
+    let p = pipe(g, REDUCE, "reduce_all")?;
+    let mut src = x.clone();
+    let mut op = fold;
+    loop {
+        let wgs = n.div_ceil(256).min(1024);
+        let out = new_output(g, vec![wgs])?;
+        let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, shift.to_bits()]);
+        g.dispatch(&p, &[(0, &prm), (1, src.raw()), (2, out.raw())], wgs as u64)?;
+        src = out;
+        n = wgs;
+        // Partials combine by sum (Σ exp is a sum of partial sums) or by max.
+        op = if fold == Fold::Max { Fold::Max } else { Fold::Sum };
+        if n == 1 {
+            break;
+        }
+    }
+    Ok(g.read(src.raw(), 1)?[0])
+}
+
+/// Folds groups of elements: output `shape` (row-major over `kept`), where output element o
+/// folds the elements at base(o) + Σ rcoord·rstride. `kept` and `red` are (size, stride)
+/// pairs in input elements.
+fn reduce_groups(
+    x: &GpuTensor,
+    kept: &[(usize, usize)],
+    red: &[(usize, usize)],
+    fold: Fold,
+    scale: f32,
+    shape: Vec<usize>,
+) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, shape)?;
+    let n_out = out.len();
+    if n_out == 0 {
+        return Ok(out);
+    }
+    let r: usize = red.iter().map(|p| p.0).product();
+    let mut prm = vec![
+        u32_of(n_out, "a tensor's size")?,
+        fold as u32,
+        u32_of(r, "a reduction's size")?,
+        kept.len() as u32,
+        red.len() as u32,
+        scale.to_bits(),
+    ];
+    prm.extend(words(&kept.iter().map(|p| p.0).collect::<Vec<_>>())?);
+    prm.extend(words(&kept.iter().map(|p| p.1).collect::<Vec<_>>())?);
+    prm.extend(words(&red.iter().map(|p| p.0).collect::<Vec<_>>())?);
+    prm.extend(words(&red.iter().map(|p| p.1).collect::<Vec<_>>())?);
+    let prm = g.meta(&prm);
+    // Small groups: a thread per output; large ones: a workgroup (tree) per output.
+    if r <= 32 {
+        let p = pipe(g, REDUCE, "reduce_groups_thread")?;
+        g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(n_out, 256))?;
+    } else {
+        let p = pipe(g, REDUCE, "reduce_groups")?;
+        g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], n_out as u64)?;
+    }
+    Ok(out)
+}
+
+/// Sums (or maxes, times `scale`) along `axis`, dropping it.
+pub fn reduce_axis(x: &GpuTensor, axis: usize, fold: Fold, scale: f32) -> TResult<GpuTensor> {
+    let st = strides(&x.shape);
+    let kept: Vec<(usize, usize)> = (0..x.shape.len()).filter(|&d| d != axis).map(|d| (x.shape[d], st[d])).collect();
+    let mut shape = x.shape.clone();
+    shape.remove(axis);
+    reduce_groups(x, &kept, &[(x.shape[axis], st[axis])], fold, scale, shape)
+}
+
+/// Sums a broadcast result back down to `shape` (the adjoint of broadcasting).
+pub fn sum_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
+    let err = || format!("cannot reduce a gradient of shape {} to {}", fmt_shape(&x.shape), fmt_shape(shape));
+    if shape.len() > x.shape.len() {
+        return Err(err());
+    }
+    let pad = x.shape.len() - shape.len();
+    let st = strides(&x.shape);
+    let (mut kept, mut red) = (Vec::new(), Vec::new());
+    for (d, (&size, &stride)) in x.shape.iter().zip(&st).enumerate() {
+        let want = if d < pad { 1 } else { shape[d - pad] };
+        if want == size {
+            kept.push((size, stride));
+        } else if want == 1 {
+            red.push((size, stride));
+        } else {
+            return Err(err());
+        }
+    }
+    reduce_groups(x, &kept, &red, Fold::Sum, 1.0, shape.to_vec())
+}
+
+/// softmax (or log_softmax) along the last axis.
+pub fn softmax(x: &GpuTensor, log: bool) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, x.shape.clone())?;
+    let len = *x.shape.last().ok_or("softmax of a scalar tensor (it needs at least one axis)")?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let rows = x.len() / len;
+    let p = pipe(g, SOFTMAX, "softmax")?;
+    let prm = g.meta(&[u32_of(rows, "a row count")?, u32_of(len, "a row length")?, log as u32]);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], rows as u64)?;
+    Ok(out)
+}
+
+/// Copies the elements of an index space `shape` from `src` (offset, strides) to `dst`
+/// (offset, strides).
+fn strided_copy(
+    src: &wgpu::Buffer,
+    src_off: usize,
+    src_st: &[usize],
+    dst: &wgpu::Buffer,
+    dst_off: usize,
+    dst_st: &[usize],
+    shape: &[usize],
+) -> TResult<()> {
+    let g = context()?;
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut prm = vec![
+        u32_of(n, "a tensor's size")?,
+        shape.len() as u32,
+        u32_of(src_off, "an offset")?,
+        u32_of(dst_off, "an offset")?,
+    ];
+    prm.extend(words(shape)?);
+    prm.extend(words(src_st)?);
+    prm.extend(words(dst_st)?);
+    let p = pipe(g, LAYOUT, "strided_copy")?;
+    let prm = g.meta(&prm);
+    g.dispatch(&p, &[(0, &prm), (1, src), (2, dst)], groups(n, 256))
+}
+
+/// Reverses the axes.
+pub fn transpose(x: &GpuTensor) -> TResult<GpuTensor> {
+    let g = context()?;
+    let shape: Vec<usize> = x.shape.iter().rev().copied().collect();
+    let out = new_output(g, shape.clone())?;
+    let src_st: Vec<usize> = strides(&x.shape).into_iter().rev().collect();
+    strided_copy(x.raw(), 0, &src_st, out.raw(), 0, &strides(&shape), &shape)?;
+    Ok(out)
+}
+
+/// Broadcasts `x` up to `shape`.
+pub fn broadcast_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
+    let err = || format!("cannot broadcast shape {} to {}", fmt_shape(&x.shape), fmt_shape(shape));
+    if x.shape.len() > shape.len() {
+        return Err(err());
+    }
+    let pad = shape.len() - x.shape.len();
+    let st = strides(&x.shape);
+    let mut src_st = vec![0; shape.len()];
+    for d in 0..x.shape.len() {
+        if x.shape[d] == shape[d + pad] {
+            src_st[d + pad] = if x.shape[d] == 1 { 0 } else { st[d] };
+        } else if x.shape[d] == 1 {
+            src_st[d + pad] = 0;
+        } else {
+            return Err(err());
+        }
+    }
+    if x.shape == shape {
+        return Ok(x.clone());
+    }
+    let g = context()?;
+    let out = new_output(g, shape.to_vec())?;
+    strided_copy(x.raw(), 0, &src_st, out.raw(), 0, &strides(shape), shape)?;
+    Ok(out)
+}
+
+/// Elements lo..hi along `axis` (checked by the caller).
+pub fn slice(x: &GpuTensor, axis: usize, lo: usize, hi: usize) -> TResult<GpuTensor> {
+    let g = context()?;
+    let mut shape = x.shape.clone();
+    shape[axis] = hi - lo;
+    let out = new_output(g, shape.clone())?;
+    let st = strides(&x.shape);
+    strided_copy(x.raw(), lo * st[axis], &st, out.raw(), 0, &strides(&shape), &shape)?;
+    Ok(out)
+}
+
+/// A zero tensor of `shape` with `x` placed at offset `lo` along `axis` (slice's adjoint).
+pub fn unslice(x: &GpuTensor, axis: usize, lo: usize, shape: &[usize]) -> TResult<GpuTensor> {
+    let out = full(shape, 0.0)?;
+    let st = strides(shape);
+    strided_copy(x.raw(), 0, &strides(&x.shape), out.raw(), lo * st[axis], &st, &x.shape)?;
+    Ok(out)
+}
+
+/// Joins tensors along `axis` (shapes checked by the caller).
+pub fn concat(parts: &[&GpuTensor], axis: usize, shape: &[usize]) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, shape.to_vec())?;
+    let st = strides(shape);
+    let mut lo = 0;
+    for p in parts {
+        strided_copy(p.raw(), 0, &strides(&p.shape), out.raw(), lo * st[axis], &st, &p.shape)?;
+        lo += p.shape[axis];
+    }
+    Ok(out)
+}
+
+/// Row i of x (a contiguous range: a buffer copy).
+pub fn row(x: &GpuTensor, i: usize) -> TResult<GpuTensor> {
+    let g = context()?;
+    let shape = x.shape[1..].to_vec();
+    let out = new_output(g, shape)?;
+    let n = out.len() as u64 * 4;
+    if n > 0 {
+        g.record(|enc| enc.copy_buffer_to_buffer(x.raw(), i as u64 * n, out.raw(), 0, n))?;
+    }
+    Ok(out)
+}
+
+/// A zero tensor of `shape` whose row i is x (row's adjoint).
+pub fn scatter_row(x: &GpuTensor, i: usize, shape: &[usize]) -> TResult<GpuTensor> {
+    let out = full(shape, 0.0)?;
+    let n = x.len() as u64 * 4;
+    if n > 0 {
+        context()?.record(|enc| enc.copy_buffer_to_buffer(x.raw(), 0, out.raw(), i as u64 * n, n))?;
+    }
+    Ok(out)
+}
+
+/// A copy of x (a fresh buffer).
+pub fn copy(x: &GpuTensor) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, x.shape.clone())?;
+    let n = x.len() as u64 * 4;
+    if n > 0 {
+        g.record(|enc| enc.copy_buffer_to_buffer(x.raw(), 0, out.raw(), 0, n))?;
+    }
+    Ok(out)
+}
+
+fn conv_prm(d: &crate::tensor::ConvDims) -> TResult<Vec<u32>> {
+    words(&[d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow])
+}
+
+/// Valid, stride-1 convolution of x [N, C, H, W] with w [O, C, KH, KW].
+pub fn conv2d(x: &GpuTensor, w: &GpuTensor) -> TResult<GpuTensor> {
+    let d = crate::tensor::conv_dims(&x.shape, &w.shape)?;
+    let g = context()?;
+    let out = new_output(g, vec![d.n, d.o, d.oh, d.ow])?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let p = pipe(g, CONV, "conv2d")?;
+    let prm = g.meta(&conv_prm(&d)?);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, w.raw()), (3, out.raw())], groups(out.len(), 256))?;
+    Ok(out)
+}
+
+/// The adjoints of conv2d with respect to its input (`input` true) or its weights.
+pub fn conv2d_grad(x: &GpuTensor, w: &GpuTensor, gr: &GpuTensor, input: bool) -> TResult<GpuTensor> {
+    let d = crate::tensor::conv_dims(&x.shape, &w.shape)?;
+    let g = context()?;
+    let out = new_output(g, if input { x.shape.clone() } else { w.shape.clone() })?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let prm = g.meta(&conv_prm(&d)?);
+    if input {
+        let p = pipe(g, CONV, "conv2d_dx")?;
+        g.dispatch(&p, &[(0, &prm), (2, w.raw()), (3, out.raw()), (4, gr.raw())], groups(out.len(), 256))?;
+    } else {
+        let p = pipe(g, CONV, "conv2d_dw")?;
+        g.dispatch(&p, &[(0, &prm), (1, x.raw()), (3, out.raw()), (4, gr.raw())], out.len() as u64)?;
+    }
+    Ok(out)
+}
+
+/// Max pooling (`mode` 0), its adjoint given g (1), or its forward-mode pick of t (2).
+pub fn max_pool(x: &GpuTensor, k: usize, other: Option<&GpuTensor>, pick: bool) -> TResult<GpuTensor> {
+    let s = &x.shape;
+    if s.len() != 4 || k == 0 || s[2] < k || s[3] < k {
+        return Err(format!("max_pool2d {k} needs an input [N, C, H, W] with H, W ≥ {k}; got shape {}", fmt_shape(s)));
+    }
+    let (planes, h, w) = (s[0] * s[1], s[2], s[3]);
+    let (oh, ow) = (h / k, w / k);
+    let g = context()?;
+    let prm = g.meta(&words(&[planes, h, w, k, oh, ow])?);
+    let windows = planes * oh * ow;
+    match other {
+        None => {
+            let out = new_output(g, vec![s[0], s[1], oh, ow])?;
+            if windows > 0 {
+                let p = pipe(g, CONV, "max_pool")?;
+                g.dispatch(&p, &[(0, &prm), (1, x.raw()), (3, out.raw())], groups(windows, 256))?;
+            }
+            Ok(out)
+        }
+        Some(t) if pick => {
+            let out = new_output(g, vec![s[0], s[1], oh, ow])?;
+            if windows > 0 {
+                let p = pipe(g, CONV, "max_pool_pick")?;
+                g.dispatch(&p, &[(0, &prm), (1, x.raw()), (3, out.raw()), (4, t.raw())], groups(windows, 256))?;
+            }
+            Ok(out)
+        }
+        Some(gr) => {
+            let out = full(s, 0.0)?;
+            if windows > 0 {
+                let p = pipe(g, CONV, "max_pool_grad")?;
+                g.dispatch(&p, &[(0, &prm), (1, x.raw()), (3, out.raw()), (4, gr.raw())], groups(windows, 256))?;
+            }
+            Ok(out)
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The GPU backend (DESIGN.md principle 6): tensors whose data lives in wgpu storage buffers.
+//!
+//! * One wgpu device per process, created on first use (`context()`), kept in a global.
+//! * A GPU tensor's buffer stays on the device between operations; data comes back only when
+//!   it is printed, converted to Floats or lists, compared, or saved (`download`).
+//! * Each operation family is one WGSL file under `shaders/`, embedded with `include_str!`;
+//!   a pipeline is compiled the first time its entry point is used and cached.
+//! * Work is recorded into one pending command encoder and submitted in batches (at the latest
+//!   when data is read back), so a chain of operations costs one submission.
+//! * Dispatches of more than 65,535 workgroups use a 2-D grid; shaders linearise the
+//!   workgroup id (`wid.x + wid.y * num_workgroups.x`).
+//!
+//! `kernels.rs` holds the operations, `ops.rs` the dispatch of the operation table onto them
+//! (and the explicit CPU fallbacks).
+
+pub mod kernels;
+pub mod ops;
+
+use ndarray::{ArrayD, IxDyn};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use wgpu::util::DeviceExt;
+
+/// Where construction builtins place new tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    Cpu,
+    Gpu,
+    /// The GPU when an adapter exists, else the CPU (said once on stderr).
+    Auto,
+}
+
+impl DeviceChoice {
+    pub fn parse(s: &str) -> Result<DeviceChoice, String> {
+        match s {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "gpu" => Ok(DeviceChoice::Gpu),
+            "auto" => Ok(DeviceChoice::Auto),
+            other => Err(format!("unknown device `{other}` (known: cpu, gpu, auto)")),
+        }
+    }
+}
+
+// 0 = cpu, 1 = gpu, 2 = auto (unresolved), 3 = auto resolved to the CPU.
+static DEFAULT_DEVICE: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the default device (`--device`). `Gpu` creates the device now, so a missing adapter is
+/// reported before anything runs.
+pub fn set_default_device(d: DeviceChoice) -> Result<(), String> {
+    if d == DeviceChoice::Gpu {
+        context()?;
+    }
+    DEFAULT_DEVICE.store(
+        match d {
+            DeviceChoice::Cpu => 0,
+            DeviceChoice::Gpu => 1,
+            DeviceChoice::Auto => 2,
+        },
+        Ordering::SeqCst,
+    );
+    Ok(())
+}
+
+/// True when new tensors go to the GPU (resolving `auto` on first use).
+pub fn default_is_gpu() -> Result<bool, String> {
+    match DEFAULT_DEVICE.load(Ordering::SeqCst) {
+        1 => Ok(true),
+        2 => match context() {
+            Ok(_) => {
+                DEFAULT_DEVICE.store(1, Ordering::SeqCst);
+                Ok(true)
+            }
+            Err(e) => {
+                DEFAULT_DEVICE.store(3, Ordering::SeqCst);
+                eprintln!("dp: --device auto: {e}; using the CPU");
+                Ok(false)
+            }
+        },
+        _ => Ok(false),
+    }
+}
+
+/// The process's GPU: device, queue, compiled pipelines, pending commands, a buffer pool.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
+    pending: Mutex<Pending>,
+    pool: Mutex<Pool>,
+    /// The first error wgpu reported outside an operation's own checks (validation, memory).
+    error: Arc<Mutex<Option<String>>>,
+}
+
+struct Pending {
+    encoder: Option<wgpu::CommandEncoder>,
+    ops: usize,
+}
+
+#[derive(Default)]
+struct Pool {
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    bytes: u64,
+}
+
+/// Buffers kept for reuse at most (they are recycled by exact size: training loops repeat).
+const POOL_LIMIT: u64 = 1 << 30;
+/// Operations recorded before the pending encoder is submitted anyway.
+const BATCH: usize = 64;
+
+static CONTEXT: OnceLock<Result<Gpu, String>> = OnceLock::new();
+
+/// The names of the backends this build can use on this platform.
+pub fn backends_tried() -> String {
+    let enabled = wgpu::Instance::enabled_backend_features();
+    let names: Vec<&str> = [
+        (wgpu::Backends::VULKAN, "Vulkan"),
+        (wgpu::Backends::METAL, "Metal"),
+        (wgpu::Backends::DX12, "DX12"),
+        (wgpu::Backends::GL, "OpenGL"),
+    ]
+    .iter()
+    .filter(|(b, _)| enabled.contains(*b))
+    .map(|(_, n)| *n)
+    .collect();
+    if names.is_empty() {
+        "none (this build has no GPU backend for this platform)".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The GPU, created on first use; an error names the backends that were tried.
+pub fn context() -> Result<&'static Gpu, String> {
+    match CONTEXT.get_or_init(create) {
+        Ok(g) => Ok(g),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// True when a GPU is available (creating it if needed).
+pub fn available() -> bool {
+    context().is_ok()
+}
+
+fn create() -> Result<Gpu, String> {
+    let tried = backends_tried();
+    if wgpu::Instance::enabled_backend_features().is_empty() {
+        return Err(format!("no GPU adapter: backends tried: {tried}"));
+    }
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .map_err(|e| {
+        format!(
+            "no GPU adapter found (backends tried: {tried}; wgpu: {e}). On Linux install a Vulkan \
+             driver, e.g. Mesa's software one: apt-get install mesa-vulkan-drivers libvulkan1"
+        )
+    })?;
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("dp"),
+        required_features: wgpu::Features::empty(),
+        required_limits: limits.clone(),
+        ..Default::default()
+    }))
+    .map_err(|e| format!("the GPU adapter `{}` ({:?}) refused a device: {e}", info.name, info.backend))?;
+    let error = Arc::new(Mutex::new(None));
+    let slot = error.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        if let Ok(mut s) = slot.lock() {
+            s.get_or_insert_with(|| e.to_string());
+        }
+    }));
+    Ok(Gpu {
+        device,
+        queue,
+        info,
+        limits,
+        modules: Mutex::new(HashMap::new()),
+        pipelines: Mutex::new(HashMap::new()),
+        pending: Mutex::new(Pending { encoder: None, ops: 0 }),
+        pool: Mutex::new(Pool::default()),
+        error,
+    })
+}
+
+/// A one-line description of the adapter (for `--device` diagnostics and tests).
+pub fn describe() -> Result<String, String> {
+    let g = context()?;
+    Ok(format!("{} ({:?}, {:?})", g.info.name, g.info.backend, g.info.device_type))
+}
+
+/// A device buffer of f32s, returned to the pool when dropped.
+pub struct GpuBuffer {
+    buf: Option<wgpu::Buffer>,
+    size: u64,
+}
+
+impl GpuBuffer {
+    pub fn raw(&self) -> &wgpu::Buffer {
+        self.buf.as_ref().expect("a live buffer")
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        let (Some(buf), Ok(g)) = (self.buf.take(), context()) else { return };
+        if let Ok(mut pool) = g.pool.lock() {
+            if pool.bytes + self.size <= POOL_LIMIT {
+                pool.bytes += self.size;
+                pool.free.entry(self.size).or_default().push(buf);
+            }
+        }
+    }
+}
+
+/// A tensor on the GPU: a shared, immutable buffer (a reshape shares it), its shape, and the
+/// host copy once it has been read back.
+#[derive(Clone)]
+pub struct GpuTensor {
+    pub buf: Arc<GpuBuffer>,
+    pub shape: Vec<usize>,
+    host: Arc<OnceLock<ArrayD<f32>>>,
+}
+
+impl std::fmt::Debug for GpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuTensor{:?}", self.shape)
+    }
+}
+
+impl GpuTensor {
+    pub fn new(buf: Arc<GpuBuffer>, shape: Vec<usize>) -> GpuTensor {
+        GpuTensor { buf, shape, host: Arc::new(OnceLock::new()) }
+    }
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn raw(&self) -> &wgpu::Buffer {
+        self.buf.raw()
+    }
+    /// The same data under another shape (no copy).
+    pub fn reshaped(&self, shape: Vec<usize>) -> GpuTensor {
+        GpuTensor::new(self.buf.clone(), shape)
+    }
+    /// The data on the host, read back once and kept (GPU tensors are immutable).
+    pub fn host(&self) -> &ArrayD<f32> {
+        self.host.get_or_init(|| match download(self) {
+            Ok(v) => ArrayD::from_shape_vec(IxDyn(&self.shape), v).expect("a downloaded tensor has its shape"),
+            Err(e) => panic!("reading a tensor back from the GPU failed: {e}"),
+        })
+    }
+    /// Mutable access for in-place accumulation: only when nothing else shares the buffer.
+    pub fn unique_mut(&mut self) -> Option<&wgpu::Buffer> {
+        let b = Arc::get_mut(&mut self.buf)?;
+        self.host = Arc::new(OnceLock::new());
+        b.buf.as_ref()
+    }
+}
+
+fn bytes_of(n: usize) -> u64 {
+    // Never zero (an empty binding is invalid), a multiple of 16 for copies and clears.
+    ((n.max(1) as u64 * 4) + 15) / 16 * 16
+}
+
+impl Gpu {
+    fn check_size(&self, bytes: u64) -> Result<(), String> {
+        let max = self.limits.max_buffer_size.min(self.limits.max_storage_buffer_binding_size as u64);
+        if bytes > max {
+            return Err(format!(
+                "a tensor of {bytes} bytes exceeds the GPU's largest buffer ({max} bytes on {})",
+                self.info.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// An uninitialised buffer for `n` floats (recycled when one of that size is free).
+    pub fn alloc(&self, n: usize) -> Result<Arc<GpuBuffer>, String> {
+        let size = bytes_of(n);
+        self.check_size(size)?;
+        if let Ok(mut pool) = self.pool.lock() {
+            if let Some(b) = pool.free.get_mut(&size).and_then(Vec::pop) {
+                pool.bytes -= size;
+                return Ok(Arc::new(GpuBuffer { buf: Some(b), size }));
+            }
+        }
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("dp tensor"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.take_error()?;
+        Ok(Arc::new(GpuBuffer { buf: Some(buf), size }))
+    }
+
+    /// A buffer holding `data`.
+    pub fn upload(&self, data: &[f32]) -> Result<Arc<GpuBuffer>, String> {
+        let size = bytes_of(data.len());
+        self.check_size(size)?;
+        let mut bytes: Vec<u8> = bytemuck::cast_slice(data).to_vec();
+        bytes.resize(size as usize, 0);
+        let buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("dp tensor"),
+            contents: &bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        });
+        self.take_error()?;
+        Ok(Arc::new(GpuBuffer { buf: Some(buf), size }))
+    }
+
+    /// A small read-only storage buffer of parameters (shapes, strides, f32 bits).
+    pub fn meta(&self, words: &[u32]) -> wgpu::Buffer {
+        let mut w = words.to_vec();
+        if w.is_empty() {
+            w.push(0);
+        }
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("dp meta"),
+            contents: bytemuck::cast_slice(&w),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    }
+
+    /// The first error wgpu reported, if any (cleared).
+    pub fn take_error(&self) -> Result<(), String> {
+        match self.error.lock().ok().and_then(|mut e| e.take()) {
+            Some(e) => Err(format!("GPU error: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// The cached pipeline of `entry` in the shader `file` (compiled on first use).
+    pub fn pipeline(
+        &self,
+        file: &'static str,
+        source: &'static str,
+        entry: &'static str,
+    ) -> Result<wgpu::ComputePipeline, String> {
+        let mut pipes = self.pipelines.lock().map_err(|_| "GPU pipeline cache poisoned")?;
+        if let Some(p) = pipes.get(&(file, entry)) {
+            return Ok(p.clone());
+        }
+        let mut mods = self.modules.lock().map_err(|_| "GPU shader cache poisoned")?;
+        let module = mods
+            .entry(file)
+            .or_insert_with(|| {
+                self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(file),
+                    source: wgpu::ShaderSource::Wgsl(source.into()),
+                })
+            })
+            .clone();
+        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.take_error().map_err(|e| format!("compiling {file}:{entry}: {e}"))?;
+        pipes.insert((file, entry), p.clone());
+        Ok(p)
+    }
+
+    /// Records one dispatch of `pipeline` over `groups` workgroups (a 2-D grid when there are
+    /// more than 65,535), binding `buffers` to bindings 0, 1, 2, ... of group 0 in order.
+    pub fn dispatch(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+        groups: u64,
+    ) -> Result<(), String> {
+        let (x, y) = grid(groups, self.limits.max_compute_workgroups_per_dimension as u64)?;
+        self.dispatch_xy(pipeline, buffers, x, y)
+    }
+
+    /// Records one dispatch over an explicit 2-D grid of workgroups.
+    pub fn dispatch_xy(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+        x: u32,
+        y: u32,
+    ) -> Result<(), String> {
+        if x == 0 || y == 0 {
+            return Ok(());
+        }
+        let max = self.limits.max_compute_workgroups_per_dimension;
+        if x > max || y > max {
+            return Err(format!("a GPU dispatch of {x} × {y} workgroups exceeds the limit of {max} per dimension"));
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
+            .collect();
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        self.record(|enc| {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(x, y, 1);
+        })
+    }
+
+    /// Records commands into the pending encoder (submitted every `BATCH` operations).
+    pub fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<(), String> {
+        let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
+        let enc = p
+            .encoder
+            .get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }));
+        f(enc);
+        p.ops += 1;
+        if p.ops >= BATCH {
+            let enc = p.encoder.take();
+            p.ops = 0;
+            drop(p);
+            if let Some(enc) = enc {
+                self.queue.submit([enc.finish()]);
+            }
+        }
+        self.take_error()
+    }
+
+    /// Submits whatever is pending.
+    pub fn flush(&self) -> Result<(), String> {
+        let enc = {
+            let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
+            p.ops = 0;
+            p.encoder.take()
+        };
+        if let Some(enc) = enc {
+            self.queue.submit([enc.finish()]);
+        }
+        self.take_error()
+    }
+
+    /// Reads `n` floats of `buf` back to the host (waits for the work before it).
+    pub fn read(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, String> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let size = bytes_of(n);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("dp readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.record(|enc| enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size))?;
+        self.flush()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("reading GPU memory: {e}")),
+            Err(_) => return Err("reading GPU memory: the mapping never completed".to_string()),
+        }
+        let out = {
+            let view = staging.get_mapped_range(..).map_err(|e| format!("reading GPU memory: {e}"))?;
+            bytemuck::cast_slice::<u8, f32>(&view)[..n].to_vec()
+        };
+        staging.unmap();
+        self.take_error()?;
+        Ok(out)
+    }
+}
+
+/// The workgroup grid for `groups` workgroups: (x, 1) up to the per-dimension limit, else a
+/// 2-D grid whose x·y ≥ groups (shaders skip the surplus).
+pub fn grid(groups: u64, max: u64) -> Result<(u32, u32), String> {
+    if groups <= max {
+        return Ok((groups as u32, 1));
+    }
+    let y = groups.div_ceil(max);
+    if y > max {
+        return Err(format!("{groups} workgroups is more than one GPU dispatch can hold"));
+    }
+    let x = groups.div_ceil(y);
+    Ok((x as u32, y as u32))
+}
+
+/// A new GPU tensor holding `a`.
+pub fn upload(a: &ArrayD<f32>) -> Result<GpuTensor, String> {
+    let g = context()?;
+    let data: Vec<f32> = a.iter().copied().collect();
+    Ok(GpuTensor::new(g.upload(&data)?, a.shape().to_vec()))
+}
+
+/// The data of a GPU tensor, in row-major order.
+pub fn download(t: &GpuTensor) -> Result<Vec<f32>, String> {
+    if let Some(h) = t.host.get() {
+        return Ok(h.iter().copied().collect());
+    }
+    context()?.read(t.raw(), t.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid;
+
+    #[test]
+    fn grids_split_past_the_dimension_limit() {
+        assert_eq!(grid(10, 65535), Ok((10, 1)));
+        assert_eq!(grid(65535, 65535), Ok((65535, 1)));
+        let (x, y) = grid(65536 * 3 + 7, 65535).unwrap();
+        assert!(x as u64 * y as u64 >= 65536 * 3 + 7 && x <= 65535 && y == 4);
+        assert!(grid(65535u64 * 65535 + 1, 65535).is_err());
+    }
+}

@@ -1,0 +1,536 @@
+//! The GPU backend, checked against the CPU: the same dp program runs through the `dp` binary
+//! with `--device cpu` and with `--device gpu` (so every construction builtin places its tensor
+//! on that device), and every printed number must agree:
+//!
+//!     |gpu − cpu| ≤ tol · (|cpu| + mean |cpu| over the printed line)
+//!
+//! (a relative error, with the line's typical magnitude as the floor so values that happen to
+//! be near zero are not held to an impossible standard); tol is 1e-4 for elementwise and data
+//! movement, 1e-3 for reductions, matrix products and derivatives. Shapes and other text must
+//! match exactly. Inputs are `randn` tensors with odd shapes (not multiples of any workgroup
+//! size), plus one elementwise operation over more than 65,535 × 256 elements, which needs a
+//! 2-D dispatch grid.
+//!
+//! Without a GPU adapter (no Vulkan driver, say) the comparisons print a notice and pass,
+//! unless `DP_REQUIRE_GPU=1`, when they fail. The device-selection errors are checked on every
+//! machine.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+struct Run {
+    stdout: String,
+    stderr: String,
+    ok: bool,
+}
+
+fn temp_path(ext: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("dp-gpu-test-{}-{n}.{ext}", std::process::id()))
+}
+
+fn dp_with(device: &str, src: &str, env: &[(&str, &str)]) -> Run {
+    let path = temp_path("dp");
+    std::fs::write(&path, src).expect("write a temporary dp file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dp"));
+    cmd.arg("run").arg("--device").arg(device).arg(&path);
+    // Mesa's device-select layer complains on stderr when there is no display; it is not ours.
+    cmd.env("NODEVICE_SELECT", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run dp");
+    let _ = std::fs::remove_file(&path);
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        ok: out.status.success(),
+    }
+}
+
+fn dp(device: &str, src: &str) -> Run {
+    dp_with(device, src, &[])
+}
+
+/// Whether `--device gpu` works here (checked once). Without an adapter: false after a notice,
+/// or a failure when DP_REQUIRE_GPU=1.
+fn gpu() -> bool {
+    static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    let r = AVAILABLE.get_or_init(|| {
+        let r = dp("gpu", "let () = println (show (to_list (ones [3] + 1.0)))\n");
+        if r.ok && r.stdout.trim() == "[2.0, 2.0, 2.0]" {
+            Ok(())
+        } else {
+            Err(format!("stdout: {}\nstderr: {}", r.stdout.trim(), r.stderr.trim()))
+        }
+    });
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            if std::env::var("DP_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("DP_REQUIRE_GPU=1 but `dp run --device gpu` does not work:\n{e}");
+            }
+            eprintln!("note: skipping a GPU test: no usable GPU adapter ({e})");
+            false
+        }
+    }
+}
+
+/// Inputs and printing helpers shared by the comparison programs.
+const PRELUDE: &str = r#"
+import nn
+import optim
+
+let pt (t : Tensor) = (println (show (shape t)); println (show (to_list t)))
+let pf (v : Float) = println (show v)
+
+let x = randn 1 [37, 53]
+let y = randn 2 [37, 53]
+let rv = randn 3 [53]
+let cv = randn 4 [37, 1]
+let w = randn 5 [53, 29]
+let x3 = randn 6 [5, 4, 7]
+let b3 = randn 7 [4, 1]
+let v53 = randn 8 [53]
+let a130 = randn 9 [130, 70]
+let b70 = randn 10 [70, 65]
+let img = randn 11 [2, 3, 9, 8]
+let ker = randn 12 [4, 3, 3, 2]
+let long = randn 13 [5, 1000]
+let pos = abs x + 0.5
+let k29 = randn 14 [37, 29]
+let dx = randn 15 [37, 53]
+let dy = randn 16 [37, 53]
+"#;
+
+struct Case {
+    name: &'static str,
+    tol: f64,
+    code: &'static str,
+}
+
+fn parse_numbers(line: &str) -> Option<Vec<f64>> {
+    let t = line.trim().trim_start_matches('[').trim_end_matches(']');
+    if t.is_empty() {
+        return if line.trim() == "[]" { Some(Vec::new()) } else { None };
+    }
+    t.split(',').map(|s| s.trim().parse::<f64>().ok()).collect()
+}
+
+/// Compares one case's lines; a description of every disagreement.
+fn compare_lines(case: &Case, cpu: &[&str], gpu: &[&str]) -> Vec<String> {
+    let mut bad = Vec::new();
+    if cpu.len() != gpu.len() {
+        bad.push(format!("{}: {} lines on the CPU, {} on the GPU", case.name, cpu.len(), gpu.len()));
+        return bad;
+    }
+    for (i, (c, g)) in cpu.iter().zip(gpu).enumerate() {
+        match (parse_numbers(c), parse_numbers(g)) {
+            (Some(cs), Some(gs)) => {
+                if cs.len() != gs.len() {
+                    bad.push(format!(
+                        "{} line {i}: {} values on the CPU, {} on the GPU",
+                        case.name,
+                        cs.len(),
+                        gs.len()
+                    ));
+                    continue;
+                }
+                let mean = cs.iter().map(|v| v.abs()).filter(|v| v.is_finite()).sum::<f64>() / cs.len().max(1) as f64;
+                let mut worst: Option<(usize, f64, f64)> = None;
+                let mut count = 0;
+                for (j, (&cv, &gv)) in cs.iter().zip(&gs).enumerate() {
+                    let same = (cv.is_nan() && gv.is_nan()) || cv == gv;
+                    if !same && (gv - cv).abs().is_nan_or(|d| d > case.tol * (cv.abs() + mean)) {
+                        count += 1;
+                        if worst.is_none() {
+                            worst = Some((j, cv, gv));
+                        }
+                    }
+                }
+                if let Some((j, cv, gv)) = worst {
+                    bad.push(format!(
+                        "{} line {i}: {count} of {} values differ beyond {} (first at {j}: cpu {cv}, gpu {gv})",
+                        case.name,
+                        cs.len(),
+                        case.tol
+                    ));
+                }
+            }
+            _ => {
+                if c != g {
+                    bad.push(format!("{} line {i}: cpu `{c}`, gpu `{g}`", case.name));
+                }
+            }
+        }
+    }
+    bad
+}
+
+trait NanOr {
+    fn is_nan_or(self, f: impl Fn(f64) -> bool) -> bool;
+}
+impl NanOr for f64 {
+    fn is_nan_or(self, f: impl Fn(f64) -> bool) -> bool {
+        self.is_nan() || f(self)
+    }
+}
+
+/// Runs the cases as one program on each device and compares them case by case.
+fn check(cases: &[Case]) {
+    if !gpu() {
+        return;
+    }
+    let mut src = PRELUDE.to_string();
+    for c in cases {
+        src += &format!("let () = println \"## {}\"\n{}\n", c.name, c.code);
+    }
+    let cpu = dp("cpu", &src);
+    assert!(cpu.ok, "the CPU run failed:\n{}\n--- program\n{src}", cpu.stderr);
+    let gpu = dp("gpu", &src);
+    assert!(gpu.ok && !gpu.stderr.contains("panicked"), "the GPU run failed:\n{}\n--- program\n{src}", gpu.stderr);
+    let sections = |out: &str| -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<(String, Vec<String>)> = Vec::new();
+        for line in out.lines() {
+            if let Some(name) = line.strip_prefix("## ") {
+                v.push((name.to_string(), Vec::new()));
+            } else if let Some(last) = v.last_mut() {
+                last.1.push(line.to_string());
+            }
+        }
+        v
+    };
+    let (cs, gs) = (sections(&cpu.stdout), sections(&gpu.stdout));
+    assert_eq!(cs.len(), cases.len(), "the CPU run printed {} of {} cases", cs.len(), cases.len());
+    assert_eq!(gs.len(), cases.len(), "the GPU run printed {} of {} cases", gs.len(), cases.len());
+    let mut bad = Vec::new();
+    for (case, ((_, c), (_, g))) in cases.iter().zip(cs.iter().zip(&gs)) {
+        let c: Vec<&str> = c.iter().map(String::as_str).collect();
+        let g: Vec<&str> = g.iter().map(String::as_str).collect();
+        bad.extend(compare_lines(case, &c, &g));
+    }
+    assert!(bad.is_empty(), "GPU and CPU disagree:\n{}", bad.join("\n"));
+}
+
+const E: f64 = 1e-4; // elementwise, data movement
+const R: f64 = 1e-3; // reductions, matrix products, derivatives
+
+#[test]
+fn gpu_elementwise_with_broadcasting() {
+    check(&[
+        Case { name: "add", tol: E, code: "let () = pt (x + y)" },
+        Case { name: "sub row", tol: E, code: "let () = pt (x - rv)" },
+        Case { name: "mul outer", tol: E, code: "let () = pt (cv * rv)" },
+        Case { name: "div", tol: E, code: "let () = pt (x / pos)" },
+        Case { name: "pow 2", tol: E, code: "let () = pt (x ** 2.0)" },
+        Case { name: "pow 3 negative bases", tol: E, code: "let () = pt (x ** 3.0)" },
+        Case { name: "pow tensor exponent", tol: E, code: "let () = pt (pos ** y)" },
+        Case { name: "pow 0.5", tol: E, code: "let () = pt (pos ** 0.5)" },
+        Case { name: "float base", tol: E, code: "let () = pt (2.0 ** x)" },
+        Case { name: "float minus", tol: E, code: "let () = pt (2.0 - x)" },
+        Case { name: "float over", tol: E, code: "let () = pt (3.0 / pos)" },
+        Case { name: "times float", tol: E, code: "let () = pt (x * 0.5 + 1.0)" },
+        Case { name: "rank 3 broadcast", tol: E, code: "let () = pt (x3 + b3)" },
+        Case {
+            name: "rank 1 by column",
+            tol: E,
+            code: "let () = pt (tensor [1.0, 2.0] * tensor [[3.0], [4.0], [5.0]])",
+        },
+        Case { name: "empty", tol: E, code: "let () = pt (zeros [0, 3] + ones [0, 3])" },
+        Case { name: "neg", tol: E, code: "let () = pt (-x)" },
+    ]);
+}
+
+#[test]
+fn gpu_unary_math() {
+    check(&[
+        Case { name: "sin", tol: E, code: "let () = pt (sin (x * 3.0))" },
+        Case { name: "cos", tol: E, code: "let () = pt (cos (x * 3.0))" },
+        Case { name: "tan", tol: E, code: "let () = pt (tan (x * 0.5))" },
+        Case { name: "exp", tol: E, code: "let () = pt (exp x)" },
+        Case { name: "log", tol: E, code: "let () = pt (log pos)" },
+        Case { name: "sqrt", tol: E, code: "let () = pt (sqrt pos)" },
+        Case { name: "tanh", tol: E, code: "let () = pt (tanh (x * 3.0))" },
+        Case { name: "tanh saturated", tol: E, code: "let () = pt (tanh (x * 40.0))" },
+        Case { name: "sigmoid", tol: E, code: "let () = pt (sigmoid (x * 4.0))" },
+        Case { name: "relu", tol: E, code: "let () = pt (relu x)" },
+        Case { name: "abs", tol: E, code: "let () = pt (abs x)" },
+        Case { name: "clip", tol: E, code: "let () = pt (tree_clip (-0.5) 0.5 x)" },
+    ]);
+}
+
+#[test]
+fn gpu_reductions_and_softmax() {
+    check(&[
+        Case { name: "sum", tol: R, code: "let () = pf (sum x)" },
+        Case { name: "mean", tol: R, code: "let () = pf (mean pos)" },
+        Case { name: "max", tol: R, code: "let () = pf (max x)" },
+        Case { name: "logsumexp", tol: R, code: "let () = pf (logsumexp x)" },
+        Case { name: "sum_axis 0", tol: R, code: "let () = pt (sum_axis x 0)" },
+        Case { name: "sum_axis 1", tol: R, code: "let () = pt (sum_axis x 1)" },
+        Case { name: "mean_axis 0", tol: R, code: "let () = pt (mean_axis x 0)" },
+        Case { name: "mean_axis rank 3", tol: R, code: "let () = pt (mean_axis x3 1)" },
+        Case { name: "sum_axis rank 3", tol: R, code: "let () = pt (sum_axis x3 2)" },
+        Case { name: "sum_axis long groups", tol: R, code: "let () = pt (sum_axis (randn 20 [3, 5000]) 1)" },
+        Case { name: "sum_axis long columns", tol: R, code: "let () = pt (sum_axis (randn 21 [5000, 3]) 0)" },
+        Case { name: "sum multi-pass", tol: R, code: "let () = pf (sum (abs (randn 22 [300001])))" },
+        Case { name: "max multi-pass", tol: R, code: "let () = pf (max (randn 22 [300001]))" },
+        Case { name: "logsumexp multi-pass", tol: R, code: "let () = pf (logsumexp (randn 22 [300001]))" },
+        Case { name: "softmax", tol: R, code: "let () = pt (softmax x)" },
+        Case { name: "log_softmax", tol: R, code: "let () = pt (log_softmax x)" },
+        Case { name: "softmax long rows", tol: R, code: "let () = pt (softmax long)" },
+        Case { name: "log_softmax long rows", tol: R, code: "let () = pt (log_softmax (long * 10.0))" },
+        Case { name: "softmax vector", tol: R, code: "let () = pt (softmax rv)" },
+        Case { name: "softmax rank 3", tol: R, code: "let () = pt (softmax x3)" },
+        Case { name: "item", tol: R, code: "let () = pf (item (tensor [[2.5]]) + item (slice v53 0 7 8))" },
+        Case { name: "argmax", tol: R, code: "let () = println (show (argmax x))" },
+    ]);
+}
+
+#[test]
+fn gpu_matmul() {
+    check(&[
+        Case { name: "matrix matrix", tol: R, code: "let () = pt (x @ w)" },
+        Case { name: "several tiles", tol: R, code: "let () = pt (a130 @ b70)" },
+        Case { name: "matrix vector", tol: R, code: "let () = pt (x @ v53)" },
+        Case { name: "vector matrix", tol: R, code: "let () = pt (v53 @ w)" },
+        Case { name: "vector vector", tol: R, code: "let () = pt (v53 @ v53)" },
+        Case { name: "1x1", tol: R, code: "let () = pt (randn 32 [1, 1] @ randn 33 [1, 1])" },
+        Case { name: "larger", tol: R, code: "let () = pt (randn 30 [200, 300] @ randn 31 [300, 150])" },
+        Case { name: "long inner", tol: R, code: "let () = pt (randn 34 [3, 5000] @ randn 35 [5000, 2])" },
+    ]);
+}
+
+#[test]
+fn gpu_shape_operations() {
+    check(&[
+        Case { name: "transpose", tol: E, code: "let () = pt (transpose x)" },
+        Case { name: "transpose rank 3", tol: E, code: "let () = pt (transpose x3)" },
+        Case { name: "reshape", tol: E, code: "let () = pt (reshape x [53, 37] + 1.0)" },
+        Case { name: "reshape rank 3", tol: E, code: "let () = pt (reshape x3 [20, 7])" },
+        Case { name: "slice rows", tol: E, code: "let () = pt (slice x 0 3 20)" },
+        Case { name: "slice a column", tol: E, code: "let () = pt (slice x 1 10 11)" },
+        Case { name: "slice rank 3", tol: E, code: "let () = pt (slice x3 2 1 6)" },
+        Case { name: "concat rows", tol: E, code: "let () = pt (concat 0 [x, y, x])" },
+        Case { name: "concat columns", tol: E, code: "let () = pt (concat 1 [x, cv])" },
+        Case { name: "concat rank 3", tol: E, code: "let () = pt (concat 2 [x3, x3])" },
+        Case { name: "row", tol: E, code: "let () = pt (row x 5)" },
+        Case { name: "row rank 3", tol: E, code: "let () = pt (row x3 4)" },
+        Case { name: "onehot", tol: E, code: "let () = pt (onehot 7 3)" },
+        Case { name: "arange full", tol: E, code: "let () = pt (arange 5 + full [5] 0.5)" },
+        Case { name: "show", tol: E, code: "let () = println (show (tensor [[1.0, 2.0], [3.0, 4.5]] * 2.0))" },
+        Case { name: "show large", tol: E, code: "let () = println (show (abs (randn 40 [40, 40]) + 1.0))" },
+        Case { name: "equality", tol: E, code: "let () = println (show (x + y == y + x))" },
+        Case {
+            name: "to_device round trip",
+            tol: E,
+            code: "let () = pt (to_device \"gpu\" (to_device \"cpu\" x) * 2.0)",
+        },
+    ]);
+}
+
+#[test]
+fn gpu_conv2d_and_max_pool2d() {
+    check(&[
+        Case { name: "conv2d", tol: R, code: "let () = pt (conv2d img ker)" },
+        Case { name: "max_pool2d 2", tol: E, code: "let () = pt (max_pool2d 2 img)" },
+        Case { name: "max_pool2d 3", tol: E, code: "let () = pt (max_pool2d 3 img)" },
+        Case {
+            name: "conv2d grads",
+            tol: R,
+            code: "let () = let (gi, gk) = grad (fun (a, b) -> sum (conv2d a b * randn 50 [2, 4, 7, 7])) (img, ker) in (pt gi; pt gk)",
+        },
+        Case {
+            name: "max_pool2d grad",
+            tol: R,
+            code: "let () = pt (grad (fun a -> sum (max_pool2d 2 a * randn 51 [2, 3, 4, 4])) img)",
+        },
+        Case {
+            name: "conv2d and pool jvp",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun (a, b) -> max_pool2d 2 (conv2d a b)) (img, ker) (randn 52 [2, 3, 9, 8], randn 53 [4, 3, 3, 2]) in (pt p; pt t)",
+        },
+    ]);
+}
+
+#[test]
+fn gpu_gradients_of_every_rule() {
+    check(&[
+        Case { name: "d add", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum ((a + b) * y)) (x, rv) in (pt a; pt b)" },
+        Case { name: "d sub", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum ((a - b) * y)) (x, cv) in (pt a; pt b)" },
+        Case { name: "d mul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a * b * y)) (x, rv) in (pt a; pt b)" },
+        Case { name: "d div", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a / b * y)) (x, pos) in (pt a; pt b)" },
+        Case { name: "d pow", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a ** b * y)) (pos, y) in (pt a; pt b)" },
+        Case { name: "d pow float", tol: R, code: "let () = pt (grad (fun a -> sum (a ** 3.0 * y)) x)" },
+        Case { name: "d floats", tol: R, code: "let () = pt (grad (fun a -> sum ((2.0 * a - a / 3.0 + 1.0) * y)) x)" },
+        Case { name: "d scalar param", tol: R, code: "let () = pf (grad (fun (s : Float) -> sum (x * s * y)) 2.0)" },
+        Case { name: "d neg", tol: R, code: "let () = pt (grad (fun a -> sum (-a * y)) x)" },
+        Case { name: "d sin", tol: R, code: "let () = pt (grad (fun a -> sum (sin a * y)) x)" },
+        Case { name: "d cos", tol: R, code: "let () = pt (grad (fun a -> sum (cos a * y)) x)" },
+        Case { name: "d tan", tol: R, code: "let () = pt (grad (fun a -> sum (tan (a * 0.5) * y)) x)" },
+        Case { name: "d exp", tol: R, code: "let () = pt (grad (fun a -> sum (exp a * y)) x)" },
+        Case { name: "d log", tol: R, code: "let () = pt (grad (fun a -> sum (log a * y)) pos)" },
+        Case { name: "d sqrt", tol: R, code: "let () = pt (grad (fun a -> sum (sqrt a * y)) pos)" },
+        Case { name: "d tanh", tol: R, code: "let () = pt (grad (fun a -> sum (tanh a * y)) x)" },
+        Case { name: "d sigmoid", tol: R, code: "let () = pt (grad (fun a -> sum (sigmoid a * y)) x)" },
+        Case { name: "d relu", tol: R, code: "let () = pt (grad (fun a -> sum (relu a * y)) x)" },
+        Case { name: "d abs", tol: R, code: "let () = pt (grad (fun a -> sum (abs a * y)) x)" },
+        Case { name: "d matmul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * k29)) (x, w) in (pt a; pt b)" },
+        Case { name: "d matvec", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * sum_axis cv 1)) (x, v53) in (pt a; pt b)" },
+        Case { name: "d vecmat", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * sum_axis cv 1)) (rv, transpose x) in (pt a; pt b)" },
+        Case { name: "d vecvec", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> item (a @ b)) (v53, rv) in (pt a; pt b)" },
+        Case { name: "d sum", tol: R, code: "let () = pt (grad sum x)" },
+        Case { name: "d mean", tol: R, code: "let () = pt (grad mean x)" },
+        Case { name: "d max", tol: R, code: "let () = pt (grad max x)" },
+        Case { name: "d logsumexp", tol: R, code: "let () = pt (grad logsumexp x)" },
+        Case { name: "d item", tol: R, code: "let () = pt (grad (fun a -> item (slice (row a 3) 0 2 3) * 3.0) x)" },
+        Case { name: "d sum_axis", tol: R, code: "let () = pt (grad (fun a -> sum (sum_axis a 0 * rv)) x)" },
+        Case { name: "d mean_axis", tol: R, code: "let () = pt (grad (fun a -> sum (mean_axis a 1 * sum_axis cv 1)) x)" },
+        Case { name: "d softmax", tol: R, code: "let () = pt (grad (fun a -> sum (softmax a * y)) x)" },
+        Case { name: "d log_softmax", tol: R, code: "let () = pt (grad (fun a -> sum (log_softmax a * y)) x)" },
+        Case { name: "d reshape", tol: R, code: "let () = pt (grad (fun a -> sum (reshape a [53, 37] * transpose y)) x)" },
+        Case { name: "d transpose", tol: R, code: "let () = pt (grad (fun a -> sum (transpose a * transpose y)) x)" },
+        Case { name: "d row", tol: R, code: "let () = pt (grad (fun a -> sum (row a 4 * rv) + sum (row a 4)) x)" },
+        Case { name: "d slice", tol: R, code: "let () = pt (grad (fun a -> sum (slice a 1 5 9 * slice y 1 5 9)) x)" },
+        Case { name: "d concat", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (concat 1 [a, b] * concat 1 [y, cv])) (x, cv) in (pt a; pt b)" },
+        Case { name: "d to_device", tol: R, code: "let () = pt (grad (fun a -> sum (to_device \"cpu\" a * to_device \"cpu\" y)) x)" },
+        Case { name: "d mlp", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> nn.cross_entropy_batch (tanh (x @ a) @ b) (softmax k29)) (w, transpose (slice w 0 0 29)) in (pt a; pt b)" },
+    ]);
+}
+
+#[test]
+fn gpu_forward_mode_and_second_order() {
+    check(&[
+        Case {
+            name: "jvp softmax matmul",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun a -> softmax (a @ w)) x dx in (pt p; pt t)",
+        },
+        Case {
+            name: "jvp binary",
+            tol: R,
+            code:
+                "let () = let (p, t) = jvp (fun (a, b) -> tanh (a * b) / (b * b + 1.0)) (x, y) (dx, dy) in (pt p; pt t)",
+        },
+        Case {
+            name: "jvp reductions",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun a -> logsumexp a + max a + mean a) x dx in (pf p; pf t)",
+        },
+        Case {
+            name: "jvp concat",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun a -> concat 0 [a, y]) x dx in (pt p; pt t)",
+        },
+        Case {
+            name: "jvp log_softmax",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun a -> log_softmax a) x dx in (pt p; pt t)",
+        },
+        Case {
+            name: "grad of grad",
+            tol: R,
+            code: "let () = pt (grad (fun a -> sum (grad (fun b -> sum (tanh b * b)) a * y)) x)",
+        },
+        Case {
+            name: "jvp of grad",
+            tol: R,
+            code: "let () = let (_, t) = jvp (grad (fun b -> sum (sin b * b))) x dx in pt t",
+        },
+        Case {
+            name: "grad of jvp",
+            tol: R,
+            code: "let () = pt (grad (fun a -> let (_, t) = jvp (fun b -> sum (exp b * b)) a dx in t) x)",
+        },
+    ]);
+}
+
+#[test]
+fn gpu_training_with_the_standard_library() {
+    check(&[Case {
+        name: "adam steps",
+        tol: R,
+        code: r#"
+let targets = nn.onehot_rows 5 (tensor [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0])
+let inputs = slice x 0 0 7
+let model0 = { l1 = nn.linear_init 1 53 16, l2 = nn.linear_init 2 16 5 }
+let loss m = nn.cross_entropy_batch (nn.linear m.l2 (tanh (nn.linear m.l1 inputs))) targets
+let rec train k state model =
+  if k == 0 then model else (
+    let (l, g) = value_and_grad loss model in
+    pf l;
+    let (state', model') = optim.adam 0.01 0.9 0.999 1e-8 state model (optim.clip_by_global_norm 1.0 g) in
+    train (k - 1) state' model')
+let () = let m = train 4 (optim.adam_init model0) model0 in (pt m.l1.w; pt m.l2.b)
+"#,
+    }]);
+}
+
+#[test]
+fn gpu_large_elementwise_uses_a_2d_grid() {
+    // 4100 × 4100 = 16,810,000 > 65,535 × 256 elements: more workgroups than one grid
+    // dimension holds. The last rows lie past the first 65,535 workgroups.
+    check(&[Case {
+        name: "large",
+        tol: R,
+        code: r#"
+let big = randn 60 [4100, 4100]
+let z = big * 2.0 + tanh big
+let () = pt (slice z 0 4095 4100)
+let () = pf (sum z)
+let () = pf (max (z - big))
+let () = pt (slice (sum_axis z 0) 0 4000 4100)
+"#,
+    }]);
+}
+
+#[test]
+fn gpu_mixed_devices_are_an_error_naming_both() {
+    if !gpu() {
+        return;
+    }
+    let r =
+        dp("gpu", "let a = ones [2, 2]\nlet b = to_device \"cpu\" (ones [2, 2])\nlet () = println (show (a + b))\n");
+    assert!(!r.ok, "mixing devices succeeded: {}", r.stdout);
+    assert!(r.stderr.contains("two devices") && r.stderr.contains("gpu") && r.stderr.contains("cpu"), "{}", r.stderr);
+    let r =
+        dp("gpu", "let a = ones [2, 2]\nlet b = to_device \"cpu\" (ones [2, 2])\nlet () = println (show (a @ b))\n");
+    assert!(!r.ok && r.stderr.contains("two devices (gpu and cpu)"), "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn gpu_missing_adapter_is_a_clear_error_and_auto_falls_back() {
+    // WGPU_BACKEND restricts wgpu to a backend this platform lacks (or, on Windows, to one that
+    // exists but is not Vulkan); on Linux this is the situation of a machine without a driver.
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let src = "let () = println (show (to_list (ones [2] * 3.0)))\n";
+    let env = [("WGPU_BACKEND", "dx12")];
+    let r = dp_with("gpu", src, &env);
+    assert!(!r.ok, "--device gpu without an adapter succeeded");
+    assert!(r.stderr.contains("--device gpu") && r.stderr.contains("no GPU adapter"), "{}", r.stderr);
+    assert!(r.stderr.contains("backends tried: Vulkan"), "{}", r.stderr);
+    let r = dp_with("auto", &format!("{src}{src}"), &env);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(r.stdout, "[3.0, 3.0]\n[3.0, 3.0]\n");
+    assert_eq!(r.stderr.matches("using the CPU").count(), 1, "{}", r.stderr);
+    let r = dp_with("cpu", "let () = println (show (to_list (to_device \"gpu\" (ones [2]))))\n", &env);
+    assert!(!r.ok && r.stderr.contains("no GPU adapter"), "{}", r.stderr);
+    // Programs without tensors never touch the GPU under auto.
+    let r = dp_with("auto", "let () = println (show (1 + 1))\n", &env);
+    assert!(r.ok && r.stderr.is_empty(), "{}", r.stderr);
+}
+
+#[test]
+fn gpu_auto_uses_the_gpu_when_there_is_one() {
+    if !gpu() {
+        return;
+    }
+    let r = dp("auto", "let a = ones [2]\nlet b = to_device \"cpu\" (ones [2])\nlet () = println (show (a + b))\n");
+    assert!(!r.ok && r.stderr.contains("two devices (gpu and cpu)"), "{}", r.stderr);
+}
