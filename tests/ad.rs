@@ -3,13 +3,15 @@
 //!
 //! * Property tests generate random expression trees over the differentiable scalar primitives,
 //!   render each as a dp function, and compare dp's `grad`, `jvp` and `value_and_grad` with a
-//!   native evaluator (forward-mode dual numbers in f64) and with central finite differences;
-//!   second derivatives (`grad (grad f)`, `jvp` over `grad`, `grad` over `jvp`) are compared with
-//!   finite differences of the natively computed first derivative. Many functions share one dp
-//!   process (one line of output each).
+//!   native evaluator (forward mode in f64, first and second derivatives) and with central
+//!   finite differences; second derivatives (`grad (grad f)`, `jvp` over `grad`, `grad` over
+//!   `jvp`) are compared with each other, with the native second derivative and with finite
+//!   differences of the native first derivative. Many functions share one dp process (one line
+//!   of output each).
 //! * Deterministic tests with closed forms: nesting, structured arguments, control flow, state,
 //!   a million-step `value_and_grad` loop, type errors.
-//! * Regression tests for interpreter bugs found while writing this file (see the comments).
+//! * Tests for interpreter bugs found while writing this file (see their comments; they fail
+//!   until the bugs are fixed).
 
 use proptest::prelude::*;
 use std::path::PathBuf;

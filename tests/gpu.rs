@@ -11,6 +11,9 @@
 //! size), plus one elementwise operation over more than 65,535 × 256 elements, which needs a
 //! 2-D dispatch grid.
 //!
+//! The GPU runs trace CPU fallbacks (`DP_GPU_TRACE=1`): none may happen except the one
+//! documented (`max`'s derivative mask), so every operation here ran a GPU kernel.
+//!
 //! Without a GPU adapter (no Vulkan driver, say) the comparisons print a notice and pass,
 //! unless `DP_REQUIRE_GPU=1`, when they fail. The device-selection errors are checked on every
 //! machine.
@@ -190,8 +193,12 @@ fn check(cases: &[Case]) {
     }
     let cpu = dp("cpu", &src);
     assert!(cpu.ok, "the CPU run failed:\n{}\n--- program\n{src}", cpu.stderr);
-    let gpu = dp("gpu", &src);
+    let gpu = dp_with("gpu", &src, &[("DP_GPU_TRACE", "1")]);
     assert!(gpu.ok && !gpu.stderr.contains("panicked"), "the GPU run failed:\n{}\n--- program\n{src}", gpu.stderr);
+    // Everything runs on the GPU: the only operation without a kernel is max's derivative mask.
+    let fallbacks: Vec<&str> =
+        gpu.stderr.lines().filter(|l| l.contains("CPU fallback") && !l.ends_with("ArgmaxMask")).collect();
+    assert!(fallbacks.is_empty(), "operations fell back to the CPU:\n{}", fallbacks.join("\n"));
     let sections = |out: &str| -> Vec<(String, Vec<String>)> {
         let mut v: Vec<(String, Vec<String>)> = Vec::new();
         for line in out.lines() {
@@ -346,7 +353,7 @@ fn gpu_conv2d_and_max_pool2d() {
         Case {
             name: "max_pool2d grad",
             tol: R,
-            code: "let () = pt (grad (fun a -> sum (max_pool2d 2 a * randn 51 [2, 3, 4, 4])) img)",
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (max_pool2d 2 a * randn 51 [2, 3, 4, 4])) img)",
         },
         Case {
             name: "conv2d and pool jvp",
@@ -364,20 +371,20 @@ fn gpu_gradients_of_every_rule() {
         Case { name: "d mul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a * b * y)) (x, rv) in (pt a; pt b)" },
         Case { name: "d div", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a / b * y)) (x, pos) in (pt a; pt b)" },
         Case { name: "d pow", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a ** b * y)) (pos, y) in (pt a; pt b)" },
-        Case { name: "d pow float", tol: R, code: "let () = pt (grad (fun a -> sum (a ** 3.0 * y)) x)" },
-        Case { name: "d floats", tol: R, code: "let () = pt (grad (fun a -> sum ((2.0 * a - a / 3.0 + 1.0) * y)) x)" },
+        Case { name: "d pow float", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (a ** 3.0 * y)) x)" },
+        Case { name: "d floats", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum ((2.0 * a - a / 3.0 + 1.0) * y)) x)" },
         Case { name: "d scalar param", tol: R, code: "let () = pf (grad (fun (s : Float) -> sum (x * s * y)) 2.0)" },
-        Case { name: "d neg", tol: R, code: "let () = pt (grad (fun a -> sum (-a * y)) x)" },
-        Case { name: "d sin", tol: R, code: "let () = pt (grad (fun a -> sum (sin a * y)) x)" },
-        Case { name: "d cos", tol: R, code: "let () = pt (grad (fun a -> sum (cos a * y)) x)" },
-        Case { name: "d tan", tol: R, code: "let () = pt (grad (fun a -> sum (tan (a * 0.5) * y)) x)" },
-        Case { name: "d exp", tol: R, code: "let () = pt (grad (fun a -> sum (exp a * y)) x)" },
-        Case { name: "d log", tol: R, code: "let () = pt (grad (fun a -> sum (log a * y)) pos)" },
-        Case { name: "d sqrt", tol: R, code: "let () = pt (grad (fun a -> sum (sqrt a * y)) pos)" },
-        Case { name: "d tanh", tol: R, code: "let () = pt (grad (fun a -> sum (tanh a * y)) x)" },
-        Case { name: "d sigmoid", tol: R, code: "let () = pt (grad (fun a -> sum (sigmoid a * y)) x)" },
-        Case { name: "d relu", tol: R, code: "let () = pt (grad (fun a -> sum (relu a * y)) x)" },
-        Case { name: "d abs", tol: R, code: "let () = pt (grad (fun a -> sum (abs a * y)) x)" },
+        Case { name: "d neg", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (-a * y)) x)" },
+        Case { name: "d sin", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sin a * y)) x)" },
+        Case { name: "d cos", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (cos a * y)) x)" },
+        Case { name: "d tan", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (tan (a * 0.5) * y)) x)" },
+        Case { name: "d exp", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (exp a * y)) x)" },
+        Case { name: "d log", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (log a * y)) pos)" },
+        Case { name: "d sqrt", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sqrt a * y)) pos)" },
+        Case { name: "d tanh", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (tanh a * y)) x)" },
+        Case { name: "d sigmoid", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sigmoid a * y)) x)" },
+        Case { name: "d relu", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (relu a * y)) x)" },
+        Case { name: "d abs", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (abs a * y)) x)" },
         Case { name: "d matmul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * k29)) (x, w) in (pt a; pt b)" },
         Case { name: "d matvec", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * sum_axis cv 1)) (x, v53) in (pt a; pt b)" },
         Case { name: "d vecmat", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * sum_axis cv 1)) (rv, transpose x) in (pt a; pt b)" },
@@ -386,17 +393,17 @@ fn gpu_gradients_of_every_rule() {
         Case { name: "d mean", tol: R, code: "let () = pt (grad mean x)" },
         Case { name: "d max", tol: R, code: "let () = pt (grad max x)" },
         Case { name: "d logsumexp", tol: R, code: "let () = pt (grad logsumexp x)" },
-        Case { name: "d item", tol: R, code: "let () = pt (grad (fun a -> item (slice (row a 3) 0 2 3) * 3.0) x)" },
-        Case { name: "d sum_axis", tol: R, code: "let () = pt (grad (fun a -> sum (sum_axis a 0 * rv)) x)" },
-        Case { name: "d mean_axis", tol: R, code: "let () = pt (grad (fun a -> sum (mean_axis a 1 * sum_axis cv 1)) x)" },
-        Case { name: "d softmax", tol: R, code: "let () = pt (grad (fun a -> sum (softmax a * y)) x)" },
-        Case { name: "d log_softmax", tol: R, code: "let () = pt (grad (fun a -> sum (log_softmax a * y)) x)" },
-        Case { name: "d reshape", tol: R, code: "let () = pt (grad (fun a -> sum (reshape a [53, 37] * transpose y)) x)" },
-        Case { name: "d transpose", tol: R, code: "let () = pt (grad (fun a -> sum (transpose a * transpose y)) x)" },
-        Case { name: "d row", tol: R, code: "let () = pt (grad (fun a -> sum (row a 4 * rv) + sum (row a 4)) x)" },
-        Case { name: "d slice", tol: R, code: "let () = pt (grad (fun a -> sum (slice a 1 5 9 * slice y 1 5 9)) x)" },
+        Case { name: "d item", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> item (slice (row a 3) 0 2 3) * 3.0) x)" },
+        Case { name: "d sum_axis", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sum_axis a 0 * rv)) x)" },
+        Case { name: "d mean_axis", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (mean_axis a 1 * sum_axis cv 1)) x)" },
+        Case { name: "d softmax", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (softmax a * y)) x)" },
+        Case { name: "d log_softmax", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (log_softmax a * y)) x)" },
+        Case { name: "d reshape", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (reshape a [53, 37] * transpose y)) x)" },
+        Case { name: "d transpose", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (transpose a * transpose y)) x)" },
+        Case { name: "d row", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (row a 4 * rv) + sum (row a 4)) x)" },
+        Case { name: "d slice", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (slice a 1 5 9 * slice y 1 5 9)) x)" },
         Case { name: "d concat", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (concat 1 [a, b] * concat 1 [y, cv])) (x, cv) in (pt a; pt b)" },
-        Case { name: "d to_device", tol: R, code: "let () = pt (grad (fun a -> sum (to_device \"cpu\" a * to_device \"cpu\" y)) x)" },
+        Case { name: "d to_device", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (to_device \"cpu\" a * to_device \"cpu\" y)) x)" },
         Case { name: "d mlp", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> nn.cross_entropy_batch (tanh (x @ a) @ b) (softmax k29)) (w, transpose (slice w 0 0 29)) in (pt a; pt b)" },
     ]);
 }
@@ -407,43 +414,43 @@ fn gpu_forward_mode_and_second_order() {
         Case {
             name: "jvp softmax matmul",
             tol: R,
-            code: "let () = let (p, t) = jvp (fun a -> softmax (a @ w)) x dx in (pt p; pt t)",
+            code: "let () = let (p, t) = jvp (fun (a : Tensor) -> softmax (a @ w)) x dx in (pt p; pt t)",
         },
         Case {
             name: "jvp binary",
             tol: R,
             code:
-                "let () = let (p, t) = jvp (fun (a, b) -> tanh (a * b) / (b * b + 1.0)) (x, y) (dx, dy) in (pt p; pt t)",
+                "let () = let (p, t) = jvp (fun (a, b) -> tanh (a * b) / (b * b + pos)) (x, y) (dx, dy) in (pt p; pt t)",
         },
         Case {
             name: "jvp reductions",
             tol: R,
-            code: "let () = let (p, t) = jvp (fun a -> logsumexp a + max a + mean a) x dx in (pf p; pf t)",
+            code: "let () = let (p, t) = jvp (fun (a : Tensor) -> logsumexp a + max a + mean a) x dx in (pf p; pf t)",
         },
         Case {
             name: "jvp concat",
             tol: R,
-            code: "let () = let (p, t) = jvp (fun a -> concat 0 [a, y]) x dx in (pt p; pt t)",
+            code: "let () = let (p, t) = jvp (fun (a : Tensor) -> concat 0 [a, y]) x dx in (pt p; pt t)",
         },
         Case {
             name: "jvp log_softmax",
             tol: R,
-            code: "let () = let (p, t) = jvp (fun a -> log_softmax a) x dx in (pt p; pt t)",
+            code: "let () = let (p, t) = jvp (fun (a : Tensor) -> log_softmax a) x dx in (pt p; pt t)",
         },
         Case {
             name: "grad of grad",
             tol: R,
-            code: "let () = pt (grad (fun a -> sum (grad (fun b -> sum (tanh b * b)) a * y)) x)",
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (grad (fun (b : Tensor) -> sum (tanh b * b)) a * y)) x)",
         },
         Case {
             name: "jvp of grad",
             tol: R,
-            code: "let () = let (_, t) = jvp (grad (fun b -> sum (sin b * b))) x dx in pt t",
+            code: "let () = let (_, t) = jvp (grad (fun (b : Tensor) -> sum (sin b * b))) x dx in pt t",
         },
         Case {
             name: "grad of jvp",
             tol: R,
-            code: "let () = pt (grad (fun a -> let (_, t) = jvp (fun b -> sum (exp b * b)) a dx in t) x)",
+            code: "let () = pt (grad (fun (a : Tensor) -> let (_, t) = jvp (fun (b : Tensor) -> sum (exp b * b)) a dx in t) x)",
         },
     ]);
 }
@@ -462,7 +469,7 @@ let rec train k state model =
   if k == 0 then model else (
     let (l, g) = value_and_grad loss model in
     pf l;
-    let (state', model') = optim.adam 0.01 0.9 0.999 1e-8 state model (optim.clip_by_global_norm 1.0 g) in
+    let (model', state') = optim.adam 0.01 0.9 0.999 1e-8 state model (optim.clip_by_global_norm 1.0 g) in
     train (k - 1) state' model')
 let () = let m = train 4 (optim.adam_init model0) model0 in (pt m.l1.w; pt m.l2.b)
 "#,

@@ -596,6 +596,7 @@ fn check_cases(seed: u64, mut cases: Vec<Case>) {
         snips.extend(snippets(k, c, &r, &v));
     }
     let results = run_snippets(&defs, &snips);
+    eprintln!("{} cases, {} derivative checks", cases.len(), snips.len());
     let mut failures = Vec::new();
     for (s, res) in snips.iter().zip(&results) {
         let name = &cases[s.case].name;

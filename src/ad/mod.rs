@@ -190,7 +190,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     if !args.iter().any(is_ad) {
         return ops::forward(&op, &args);
     }
-    let tag = args.iter().map(tag_of).max().unwrap_or(0);
+    let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
     let y = ops::call(m, op.clone(), primals.clone())?;
     if args.iter().any(|a| matches!(a, Value::Dual(d) if d.tag == tag)) {
@@ -217,6 +217,25 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
         None => return Ok(y),
     }
     Ok(Value::Tracked(out))
+}
+
+/// Of two live levels, the one nested inside the other: its handler sits higher on the
+/// machine's stack. Usually that is the newer tag, but a continuation captured inside an older
+/// `grad` and resumed inside a newer one reinstates the older handler above the newer.
+fn innermost(m: &Machine, a: u32, b: u32) -> u32 {
+    if a == 0 || b == 0 || a == b {
+        return a.max(b);
+    }
+    match (m.level_position(a), m.level_position(b)) {
+        (Some(pa), Some(pb)) if pa != pb => {
+            if pa > pb {
+                a
+            } else {
+                b
+            }
+        }
+        _ => a.max(b),
+    }
 }
 
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
@@ -270,7 +289,7 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
     if !is_ad(&a) && !is_ad(&b) {
         return m.prim2(p, a, b);
     }
-    let tag = tag_of(&a).max(tag_of(&b));
+    let tag = innermost(m, tag_of(&a), tag_of(&b));
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let y = m.prim2(p, pa.clone(), pb.clone())?;
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);

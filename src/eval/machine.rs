@@ -716,6 +716,22 @@ impl Machine {
         self.resume(action)
     }
 
+    /// Where a running `grad` or `jvp` of this tag sits on the stack (segment, frame): higher
+    /// positions are nested inside lower ones.
+    pub fn level_position(&self, tag: u32) -> Option<(usize, usize)> {
+        let seg_frames = |i: usize| if i == self.segs.len() { &self.frames } else { &self.segs[i].frames };
+        for i in (0..=self.segs.len()).rev() {
+            let delim = if i == self.segs.len() { &self.delim } else { &self.segs[i].delim };
+            if matches!(delim, Delim::GradPrompt(t) if *t == tag) {
+                return Some((i, 0));
+            }
+            if let Some(f) = seg_frames(i).iter().rposition(|f| matches!(f, Frame::JvpFinish { tag: t } if *t == tag)) {
+                return Some((i, f + 1));
+            }
+        }
+        None
+    }
+
     /// The handler segment collecting adjoints for `tag`, if that `grad` is still running.
     pub fn grad_handler(&mut self, tag: u32) -> Option<&mut GradState> {
         let idx = if matches!(self.delim, Delim::GradPrompt(t) if t == tag) {

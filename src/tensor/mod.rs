@@ -141,6 +141,7 @@ impl Tensor {
         match &self.storage {
             Storage::Cpu(a) => Tensor::from_array(a.mapv(f)),
             Storage::Gpu(g) => {
+                gpu::trace(|| "CPU fallback for a mapped function".to_string());
                 let a = g.host().mapv(f);
                 match gpu::upload(&a) {
                     Ok(t) => Tensor::from_gpu(t),

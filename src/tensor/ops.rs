@@ -138,7 +138,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         }
         TOp::SumAxis(a) | TOp::MeanAxis(a) => {
             let t = t0()?;
-            check_axis(t, *a, "sum_axis")?;
+            check_axis(t, *a, if matches!(op, TOp::MeanAxis(_)) { "mean_axis" } else { "sum_axis" })?;
             let s = t.array().sum_axis(Axis(*a));
             let n = t.shape()[*a].max(1) as f32;
             wrap(Tensor::from_array(if matches!(op, TOp::MeanAxis(_)) { s / n } else { s }))

@@ -73,11 +73,21 @@ pub fn default_is_gpu() -> Result<bool, String> {
             }
             Err(e) => {
                 DEFAULT_DEVICE.store(3, Ordering::SeqCst);
-                eprintln!("dp: --device auto: {e}; using the CPU");
+                let first = e.split(". ").next().unwrap_or(&e);
+                eprintln!("dp: --device auto: {first}; using the CPU");
                 Ok(false)
             }
         },
         _ => Ok(false),
+    }
+}
+
+/// With `DP_GPU_TRACE=1`, says on stderr when GPU data goes to the host: CPU fallbacks and
+/// read-backs (to find what keeps a program from staying on the GPU).
+pub fn trace(what: impl FnOnce() -> String) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("DP_GPU_TRACE").is_ok_and(|v| v == "1")) {
+        eprintln!("dp gpu: {}", what());
     }
 }
 
@@ -149,7 +159,7 @@ pub fn available() -> bool {
 fn create() -> Result<Gpu, String> {
     let tried = backends_tried();
     if wgpu::Instance::enabled_backend_features().is_empty() {
-        return Err(format!("no GPU adapter: backends tried: {tried}"));
+        return Err(format!("no GPU adapter found (backends tried: {tried})"));
     }
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -158,7 +168,7 @@ fn create() -> Result<Gpu, String> {
     }))
     .map_err(|e| {
         format!(
-            "no GPU adapter found (backends tried: {tried}; wgpu: {e}). On Linux install a Vulkan \
+            "no GPU adapter found (backends tried: {tried}). wgpu: {e}. On Linux install a Vulkan \
              driver, e.g. Mesa's software one: apt-get install mesa-vulkan-drivers libvulkan1"
         )
     })?;
@@ -457,6 +467,7 @@ impl Gpu {
         if n == 0 {
             return Ok(Vec::new());
         }
+        trace(|| format!("read back {n} value{}", if n == 1 { "" } else { "s" }));
         let size = bytes_of(n);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("dp readback"),

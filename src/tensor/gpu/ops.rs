@@ -46,7 +46,7 @@ fn op_name(op: &TOp) -> String {
         TOp::MaxPool2d(_) => "max_pool2d",
         other => return format!("{other:?}"),
     };
-    s.to_string()
+    format!("`{s}`")
 }
 
 fn bin_op(p: Prim) -> FResult<(BinOp, &'static str)> {
@@ -273,6 +273,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
 /// The explicit CPU fallback: GPU operands are read back, the CPU definition runs, and a tensor
 /// result is uploaded again.
 pub fn fallback(op: &TOp, args: &[Value]) -> FResult<Value> {
+    super::trace(|| format!("CPU fallback for {op:?}"));
     let cpu_args = args
         .iter()
         .map(|v| match v {
