@@ -303,6 +303,14 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
                 tangent = add(m, tangent, c)?;
             }
         }
+        // The tangent has the output's kind and shape even where an input broadcast.
+        let tangent = match (strip(&y), strip(&tangent)) {
+            (Value::Tensor(ty), Value::Tensor(tt)) if ty.shape() != tt.shape() => {
+                ops::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
+            }
+            (Value::Tensor(ty), Value::Float(_)) => ops::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?,
+            _ => tangent,
+        };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
     if m.grad_handler(tag).is_none() {
@@ -344,9 +352,17 @@ fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
 }
 
 fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
-    // A broadcast input receives the sum of its copies' adjoints.
+    // A broadcast input receives the sum of its copies' adjoints, in its own kind (Float or
+    // Tensor) and shape.
+    let target_is_tensor = matches!(strip(&cell.primal), Value::Tensor(_));
+    let have_tensor = matches!(strip(&contribution), Value::Tensor(_));
     let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
-    let contribution = if want != have { ops::call(m, TOp::SumTo(want), vec![contribution])? } else { contribution };
+    let contribution = match (target_is_tensor, have_tensor) {
+        (false, true) => ops::call(m, TOp::Sum, vec![contribution])?,
+        (true, false) => ops::call(m, TOp::BroadcastTo(want), vec![contribution])?,
+        (true, true) if want != have => ops::call(m, TOp::SumTo(want), vec![contribution])?,
+        _ => contribution,
+    };
     let old = cell.adj.borrow_mut().take();
     let new = match old {
         None => contribution,

@@ -6,6 +6,7 @@
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::Value;
+use crate::tensor::ops::TOp;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Un {
@@ -69,6 +70,10 @@ impl Un {
                 let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
                 m.prim2(Prim::Mul, y, one_minus)?
             }
+            Un::Relu | Un::Abs if matches!(super::strip(&x), Value::Tensor(_)) => {
+                let op = if self == Un::Relu { TOp::Step } else { TOp::Sign };
+                crate::tensor::ops::call(m, op, vec![super::strip(&x)])?
+            }
             Un::Relu => f(if scalar(&x) > 0.0 { 1.0 } else { 0.0 }),
             Un::Abs => f(if scalar(&x) >= 0.0 { 1.0 } else { -1.0 }),
         })
@@ -98,9 +103,18 @@ pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FR
             let bm1 = m.prim2(Prim::Sub, b.clone(), f(1.0))?;
             let pw = m.prim2(Prim::Pow, a.clone(), bm1)?;
             let da = m.prim2(Prim::Mul, b, pw)?;
-            let db = if scalar(&a) > 0.0 {
+            // ∂(a^b)/∂b = a^b · ln a, taken as 0 where a ≤ 0 (the real power is then only
+            // defined at integer b, where it is constant in b).
+            let positive = match super::strip(&a) {
+                Value::Tensor(t) => t.array().iter().all(|&v| v > 0.0),
+                other => scalar(&other) > 0.0,
+            };
+            let db = if positive {
                 let la = super::apply_un(m, Un::Log, a)?;
                 m.prim2(Prim::Mul, y, la)?
+            } else if let Value::Tensor(t) = super::strip(&a) {
+                let la = t.map(|v| if v > 0.0 { v.ln() } else { 0.0 });
+                m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
             } else {
                 f(0.0)
             };

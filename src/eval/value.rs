@@ -297,6 +297,12 @@ fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
     }
     out.push_str("tensor ");
     let data: Vec<f32> = t.array().iter().copied().collect();
+    if let ([], Some(&x)) = (shape, data.first()) {
+        // A 0-d tensor reads like a constructor argument: `tensor (-0.5)`.
+        let text = fmt_f32(x);
+        out.push_str(&if x.is_sign_negative() { format!("({text})") } else { text });
+        return;
+    }
     fn rec(data: &[f32], shape: &[usize], out: &mut String) {
         match shape.split_first() {
             None => out.push_str(&fmt_f32(data.first().copied().unwrap_or(0.0))),

@@ -20,8 +20,7 @@ fn new(t: Tensor) -> FResult<Value> {
 
 /// A new tensor of `shape` filled with `v`, made directly on the default device.
 fn new_full(shape: &[usize], v: f32) -> FResult<Value> {
-    let d = if gpu::default_is_gpu()? { Device::Gpu } else { Device::Cpu };
-    Ok(wrap(Tensor::full_on(d, shape, v)?))
+    Ok(wrap(Tensor::full_on(gpu::default_device()?, shape, v)?))
 }
 
 fn int(v: &Value) -> FResult<i64> {

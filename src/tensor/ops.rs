@@ -108,7 +108,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
     let t0 = || tensor_of(&args[0]);
     Ok(match op {
         TOp::MatMul => wrap(matmul(t0()?, tensor_of(&args[1])?)?),
-        TOp::Sum => Value::Float(t0()?.array().iter().map(|&x| x as f64).sum()),
+        TOp::Sum => Value::Float(t0()?.array().iter().fold(0.0, |s, &x| s + x as f64)),
         TOp::Mean => {
             let t = t0()?;
             if t.is_empty() {
@@ -143,20 +143,13 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
             let n = t.shape()[*a].max(1) as f32;
             wrap(Tensor::from_array(if matches!(op, TOp::MeanAxis(_)) { s / n } else { s }))
         }
+        // Always a tensor (0-d for []): `ad::accumulate` turns it into a Float for Float inputs.
         TOp::SumTo(shape) => match &args[0] {
-            Value::Float(x) if shape.is_empty() => Value::Float(*x),
-            Value::Float(x) => wrap(Tensor::full(shape, *x as f32)),
-            v => {
-                let t = tensor_of(v)?;
-                if shape.is_empty() && !t.shape().is_empty() {
-                    Value::Float(t.array().iter().map(|&x| x as f64).sum())
-                } else {
-                    wrap(sum_to(t, shape)?)
-                }
-            }
+            Value::Float(x) => wrap(Tensor::full_on(super::gpu::default_device()?, shape, *x as f32)?),
+            v => wrap(sum_to(tensor_of(v)?, shape)?),
         },
         TOp::BroadcastTo(shape) => match &args[0] {
-            Value::Float(x) => wrap(Tensor::full(shape, *x as f32)),
+            Value::Float(x) => wrap(Tensor::full_on(super::gpu::default_device()?, shape, *x as f32)?),
             v => {
                 let t = tensor_of(v)?;
                 let b = t.array().broadcast(IxDyn(shape)).ok_or_else(|| {
@@ -417,14 +410,27 @@ pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FRes
             let n = s0[*axis];
             vec![Some(call(m, TOp::Slice(*axis, *lo, lo + n), vec![g])?)]
         }
+        // Convolution is bilinear: <g, conv(x, w)> = <IG(w, g), x> = <WG(x, g), w>, so the
+        // adjoint maps are themselves linear in each argument and have exact reverse rules.
         TOp::Conv2d => {
-            let (x, w, g) = (ad::strip(&xs[0]), ad::strip(&xs[1]), ad::strip(&g));
+            let (x, w) = (xs[0].clone(), xs[1].clone());
             vec![
                 Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), w.clone(), g.clone()])?),
                 Some(call(m, TOp::Conv2dWeightGrad, vec![x, w, g])?),
             ]
         }
-        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), ad::strip(&g)])?)],
+        TOp::Conv2dInputGrad => {
+            let (w, gy) = (xs[1].clone(), xs[2].clone());
+            vec![None, Some(call(m, TOp::Conv2dWeightGrad, vec![g.clone(), w.clone(), gy])?), Some(call(m, TOp::Conv2d, vec![g, w])?)]
+        }
+        TOp::Conv2dWeightGrad => {
+            let (x, gy) = (xs[0].clone(), xs[2].clone());
+            vec![Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), g.clone(), gy])?), None, Some(call(m, TOp::Conv2d, vec![x, g])?)]
+        }
+        // Pooling routes values by the (locally constant) argmax: linear in everything else.
+        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
         TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
         TOp::Step
         | TOp::Sign

@@ -91,6 +91,11 @@ pub fn trace(what: impl FnOnce() -> String) {
     }
 }
 
+/// The default device (`auto` resolved): where tensors made from Floats go.
+pub fn default_device() -> Result<crate::tensor::Device, String> {
+    Ok(if default_is_gpu()? { crate::tensor::Device::Gpu } else { crate::tensor::Device::Cpu })
+}
+
 /// The process's GPU: device, queue, compiled pipelines, pending commands, a buffer pool.
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -444,6 +449,8 @@ impl Gpu {
             drop(p);
             if let Some(enc) = enc {
                 self.queue.submit([enc.finish()]);
+                // Let wgpu retire finished work and free what it no longer needs (non-blocking).
+                let _ = self.device.poll(wgpu::PollType::Poll);
             }
         }
         self.take_error()

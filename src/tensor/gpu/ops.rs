@@ -167,11 +167,10 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
             wrap(k::reduce_axis(t, *a, Fold::Sum, scale)?)
         }
         TOp::SumTo(shape) => match &args[0] {
+            // As on the CPU: always a tensor (0-d for []).
             Value::Tensor(_) => {
                 let t = t0()?;
-                if shape.is_empty() && !t.shape.is_empty() {
-                    Value::Float(k::reduce_all(t, Fold::Sum, 0.0)? as f64)
-                } else if &t.shape == shape {
+                if &t.shape == shape {
                     args[0].clone()
                 } else {
                     wrap(k::sum_to(t, shape)?)
