@@ -194,10 +194,17 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
     let y = ops::call(m, op.clone(), primals.clone())?;
     if args.iter().any(|a| matches!(a, Value::Dual(d) if d.tag == tag)) {
+        // A zero tangent may be a plain 0.0; tensor rules want tensors (or None for zero).
         let tangents: Vec<Option<Value>> = args
             .iter()
             .map(|a| match a {
-                Value::Dual(d) if d.tag == tag => Some(d.tangent.clone()),
+                Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
+                    (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
+                    (Value::Float(z), Value::Tensor(p)) => {
+                        Some(Value::Tensor(Rc::new(Tensor::full(p.shape(), *z as f32))))
+                    }
+                    (t, _) => Some(t.clone()),
+                },
                 _ => None,
             })
             .collect();
@@ -245,7 +252,9 @@ fn live(m: &mut Machine, v: Value) -> Value {
     loop {
         v = match v {
             Value::Tracked(t) if m.grad_handler(t.tag).is_none() => t.primal.clone(),
-            Value::Dual(d) if !m.live_jvps.contains(&d.tag) => d.primal.clone(),
+            // Fast path: the list of running jvps; a continuation may also have reinstated
+            // a finished jvp's frame, so check the stack before declaring it dead.
+            Value::Dual(d) if !m.live_jvps.contains(&d.tag) && m.level_position(d.tag).is_none() => d.primal.clone(),
             other => return other,
         }
     }
@@ -432,7 +441,10 @@ pub fn jvp_finish(m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(&y, &mut |leaf| Ok(primal_at(leaf, tag)))?;
     let tangent = map_leaves(&y, &mut |leaf| {
         Ok(match leaf {
-            Value::Dual(d) if d.tag == tag => d.tangent.clone(),
+            Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
+                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(Tensor::full(p.shape(), *z as f32))),
+                (t, _) => t.clone(),
+            },
             other => zero_like(other),
         })
     })?;

@@ -421,24 +421,26 @@ pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FRes
         }
         TOp::Conv2dInputGrad => {
             let (w, gy) = (xs[1].clone(), xs[2].clone());
-            vec![None, Some(call(m, TOp::Conv2dWeightGrad, vec![g.clone(), w.clone(), gy])?), Some(call(m, TOp::Conv2d, vec![g, w])?)]
+            vec![
+                None,
+                Some(call(m, TOp::Conv2dWeightGrad, vec![g.clone(), w.clone(), gy])?),
+                Some(call(m, TOp::Conv2d, vec![g, w])?),
+            ]
         }
         TOp::Conv2dWeightGrad => {
             let (x, gy) = (xs[0].clone(), xs[2].clone());
-            vec![Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), g.clone(), gy])?), None, Some(call(m, TOp::Conv2d, vec![x, g])?)]
+            vec![
+                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), g.clone(), gy])?),
+                None,
+                Some(call(m, TOp::Conv2d, vec![x, g])?),
+            ]
         }
         // Pooling routes values by the (locally constant) argmax: linear in everything else.
         TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
         TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), g])?)],
         TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
         TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
-        TOp::Step
-        | TOp::Sign
-        | TOp::ArgmaxMask
-        | TOp::Conv2dInputGrad
-        | TOp::Conv2dWeightGrad
-        | TOp::MaxPool2dGrad(_)
-        | TOp::MaxPool2dPick(_) => xs.iter().map(|_| None).collect(),
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
 }
 
@@ -517,13 +519,25 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
             call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), t.clone()])
         }
-        TOp::Step
-        | TOp::Sign
-        | TOp::ArgmaxMask
-        | TOp::Conv2dInputGrad
-        | TOp::Conv2dWeightGrad
-        | TOp::MaxPool2dGrad(_)
-        | TOp::MaxPool2dPick(_) => Ok(Value::Float(0.0)),
+        TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
+            // Bilinear in the two arguments it reads (IG ignores x, WG ignores w): sum the terms.
+            let ignored = if *op == TOp::Conv2dInputGrad { 0 } else { 1 };
+            let mut acc = Value::Float(0.0);
+            for (i, t) in ts.iter().enumerate() {
+                if let (Some(t), true) = (t, i != ignored) {
+                    let mut args = xs.to_vec();
+                    args[i] = t.clone();
+                    let c = call(m, op.clone(), args)?;
+                    acc = m.prim2(Prim::Add, acc, c)?;
+                }
+            }
+            Ok(acc)
+        }
+        TOp::MaxPool2dGrad(_) | TOp::MaxPool2dPick(_) => match &ts[1] {
+            Some(t) => call(m, op.clone(), vec![ad::strip(&xs[0]), t.clone()]),
+            None => Ok(Value::Float(0.0)),
+        },
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
         _ => linear(m, ts),
     }
 }

@@ -186,6 +186,7 @@ fn create() -> Result<Gpu, String> {
         ..Default::default()
     }))
     .map_err(|e| format!("the GPU adapter `{}` ({:?}) refused a device: {e}", info.name, info.backend))?;
+    trace(|| format!("adapter {} ({:?}, {:?})", info.name, info.backend, info.device_type));
     let error = Arc::new(Mutex::new(None));
     let slot = error.clone();
     device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
