@@ -11,6 +11,17 @@ pub fn dp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dp"))
 }
 
+/// The `.dp` files directly in a directory, sorted.
+pub fn dp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "dp")).collect()
+        })
+        .unwrap_or_default();
+    paths.sort();
+    paths
+}
+
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
@@ -159,14 +170,7 @@ fn check_example(path: &Path) -> Result<(), String> {
 
 #[test]
 fn examples_run_as_documented() {
-    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "dp"))
-        .collect();
-    paths.sort();
+    let paths = dp_files(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples")));
     let failures = run_all(paths, check_example);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -68,7 +68,7 @@ agree() {
         note "  $1: $2 vs $3 (rel $e > $TOL) DISAGREE"; STATUS=1
     fi
 }
-row() { printf '%-12s %12s %10s %16s %10s\n' "$@"; }
+row() { printf '%-12s %12s %10s %20s %10s\n' "$@"; }
 
 # ---- W5 -------------------------------------------------------------------------------------
 note "W5: dp --device gpu, $DP_RUNS x (reps=1, reps=$W5_R)"

@@ -169,24 +169,7 @@ impl Default for Checker {
 
 impl Checker {
     pub fn new() -> Checker {
-        let mut c = Checker {
-            subst: Subst::default(),
-            level: 0,
-            scope: HashMap::new(),
-            undo: Vec::new(),
-            global_count: 0,
-            global_names: Vec::new(),
-            funs: Vec::new(),
-            cons: HashMap::new(),
-            types: HashMap::new(),
-            modules: Vec::new(),
-            warnings: Vec::new(),
-            resets: Vec::new(),
-            tyvars: HashMap::new(),
-            depth: 0,
-            record_bindings: false,
-            binding_sites: Vec::new(),
-        };
+        let mut c = Checker::default();
         for (n, a) in
             [("Int", 0), ("Float", 0), ("Bool", 0), ("String", 0), ("Unit", 0), ("Tensor", 0), ("List", 1), ("Ref", 1)]
         {

@@ -286,12 +286,12 @@ impl GpuTensor {
 
 fn bytes_of(n: usize) -> u64 {
     // Never zero (an empty binding is invalid), a multiple of 16 for copies and clears.
-    ((n.max(1) as u64 * 4) + 15) / 16 * 16
+    (n.max(1) as u64 * 4).div_ceil(16) * 16
 }
 
 impl Gpu {
     fn check_size(&self, bytes: u64) -> Result<(), String> {
-        let max = self.limits.max_buffer_size.min(self.limits.max_storage_buffer_binding_size as u64);
+        let max = self.limits.max_buffer_size.min(self.limits.max_storage_buffer_binding_size);
         if bytes > max {
             return Err(format!(
                 "a tensor of {bytes} bytes exceeds the GPU's largest buffer ({max} bytes on {})",
