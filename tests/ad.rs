@@ -333,8 +333,6 @@ struct Native {
     /// value is not finite.
     fd1: Option<(f64, f64)>,
     fd2: Option<(f64, f64)>,
-    /// The largest intermediate value or derivative.
-    scale: f64,
 }
 
 /// The five-point central difference of `g` at `x0` with step `h`.
@@ -377,7 +375,6 @@ fn native(e: &E, x0: f64) -> Option<Native> {
         a2: at0.a2,
         fd1: pair(&fv),
         fd2: pair(&fd),
-        scale: tr0.value.max(tr0.slope),
     })
 }
 

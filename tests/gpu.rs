@@ -147,7 +147,8 @@ fn compare_lines(case: &Case, cpu: &[&str], gpu: &[&str]) -> Vec<String> {
                 let mut count = 0;
                 for (j, (&cv, &gv)) in cs.iter().zip(&gs).enumerate() {
                     let same = (cv.is_nan() && gv.is_nan()) || cv == gv;
-                    if !same && (gv - cv).abs().is_nan_or(|d| d > case.tol * (cv.abs() + mean)) {
+                    let d = (gv - cv).abs();
+                    if !same && (d.is_nan() || d > case.tol * (cv.abs() + mean)) {
                         count += 1;
                         if worst.is_none() {
                             worst = Some((j, cv, gv));
@@ -171,15 +172,6 @@ fn compare_lines(case: &Case, cpu: &[&str], gpu: &[&str]) -> Vec<String> {
         }
     }
     bad
-}
-
-trait NanOr {
-    fn is_nan_or(self, f: impl Fn(f64) -> bool) -> bool;
-}
-impl NanOr for f64 {
-    fn is_nan_or(self, f: impl Fn(f64) -> bool) -> bool {
-        self.is_nan() || f(self)
-    }
 }
 
 /// Runs the cases as one program on each device and compares them case by case.
