@@ -367,15 +367,7 @@ fn native(e: &E, x0: f64) -> Option<Native> {
         let r = (five_point(g, x0, h), five_point(g, x0, h / 2.0));
         (smooth && r.0.is_finite() && r.1.is_finite()).then_some(r)
     };
-    Some(Native {
-        f: at0.v,
-        df: at0.d1,
-        d2f: at0.d2,
-        a1: at0.a1,
-        a2: at0.a2,
-        fd1: pair(&fv),
-        fd2: pair(&fd),
-    })
+    Some(Native { f: at0.v, df: at0.d1, d2f: at0.d2, a1: at0.a1, a2: at0.a2, fd1: pair(&fv), fd2: pair(&fd) })
 }
 
 // Generation. Depth counts generated operations, not the guards the generator adds.

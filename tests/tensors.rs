@@ -368,9 +368,9 @@ impl Case {
     }
     fn defs(&self, k: usize, r: &A, v: &[A]) -> String {
         let mut s = String::new();
-        for i in 0..self.n() {
-            s += &format!("let c{k}_x{i} = {}\n", lit(&self.inputs[i], self.floats[i]));
-            s += &format!("let c{k}_v{i} = {}\n", lit(&v[i], self.floats[i]));
+        for (i, (x, vi)) in self.inputs.iter().zip(v).enumerate().take(self.n()) {
+            s += &format!("let c{k}_x{i} = {}\n", lit(x, self.floats[i]));
+            s += &format!("let c{k}_v{i} = {}\n", lit(vi, self.floats[i]));
         }
         if !self.out_float {
             s += &format!("let c{k}_r = {}\n", lit(r, false));
@@ -662,8 +662,11 @@ impl Bin {
     }
 }
 
-/// Operand shapes (`None` is a Float) covering broadcasting in both directions.
-const BROADCASTS: &[(Option<&[usize]>, Option<&[usize]>)] = &[
+/// An operand's shape; `None` is a Float.
+type Operand = Option<&'static [usize]>;
+
+/// Operand shapes covering broadcasting in both directions.
+const BROADCASTS: &[(Operand, Operand)] = &[
     (Some(&[2, 3]), Some(&[2, 3])),
     (Some(&[3, 1]), Some(&[1, 4])),
     (Some(&[2, 3]), Some(&[3])),
