@@ -306,20 +306,21 @@ fn device_of(v: &Value) -> Device {
 }
 
 /// A Float adjoint `g` spread over the shape of `x`, on x's device (the adjoint of a
-/// reduction to a Float).
+/// reduction to a Float). `BroadcastTo` of a Float makes its tensor on the default device, so
+/// a tensor on the other device gets its spread made explicitly there.
 fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
     let s0 = shape_of(x);
-    if device_of(x) == Device::Gpu {
-        return match g {
-            Value::Float(v) => Ok(wrap(Tensor::full_on(Device::Gpu, &s0, v as f32)?)),
-            Value::Tensor(_) => call(m, TOp::BroadcastTo(s0), vec![g]),
-            g => {
-                let ones = wrap(Tensor::full_on(Device::Gpu, &s0, 1.0)?);
-                mul(m, ones, g)
-            }
-        };
+    let d = device_of(x);
+    if matches!(g, Value::Tensor(_)) || d == super::gpu::default_device()? {
+        return call(m, TOp::BroadcastTo(s0), vec![g]);
     }
-    call(m, TOp::BroadcastTo(s0), vec![g])
+    match g {
+        Value::Float(v) => Ok(wrap(Tensor::full_on(d, &s0, v as f32)?)),
+        g => {
+            let ones = wrap(Tensor::full_on(d, &s0, 1.0)?);
+            mul(m, ones, g)
+        }
+    }
 }
 
 /// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.

@@ -22,6 +22,7 @@ pub const ENTRY_POINTS: &[((&str, &str), &str)] = &[
     (UNARY, "unary"),
     (UNARY, "fill"),
     (MATMUL, "matmul"),
+    (MATMUL, "matmul_32"),
     (REDUCE, "reduce_all"),
     (REDUCE, "reduce_groups"),
     (REDUCE, "reduce_groups_thread"),
@@ -210,10 +211,12 @@ fn gemm(a: &GpuTensor, b: &GpuTensor, m: usize, k: usize, n: usize, shape: Vec<u
         g.record(|enc| enc.clear_buffer(out.raw(), 0, None))?;
         return Ok(out);
     }
-    let p = pipe(g, MATMUL, "matmul")?;
+    // 64×64 tiles when they make enough workgroups to fill a GPU, else 32×32 ones.
+    let tile = if n.div_ceil(64) * m.div_ceil(64) >= 128 { 64 } else { 32 };
+    let p = pipe(g, MATMUL, if tile == 64 { "matmul" } else { "matmul_32" })?;
     let prm =
         g.meta(&[u32_of(m, "a matrix dimension")?, u32_of(n, "a matrix dimension")?, u32_of(k, "a matrix dimension")?]);
-    let (x, y) = (u32_of(n.div_ceil(64), "a grid dimension")?, u32_of(m.div_ceil(64), "a grid dimension")?);
+    let (x, y) = (u32_of(n.div_ceil(tile), "a grid dimension")?, u32_of(m.div_ceil(tile), "a grid dimension")?);
     g.dispatch_xy(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], x, y)?;
     Ok(out)
 }

@@ -74,3 +74,64 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
         }
     }
 }
+
+// The same with 32×32 tiles (2×2 per thread): four times the workgroups, for products too
+// small to fill the GPU with 64×64 tiles. Grid: (ceil(N / 32), ceil(M / 32)).
+const SS: u32 = 32u;
+
+var<workgroup> as32: array<f32, 512>; // [TK][SS]
+var<workgroup> bs32: array<f32, 512>; // [TK][SS]
+
+@compute @workgroup_size(16, 16)
+fn matmul_32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+             @builtin(local_invocation_index) li: u32) {
+    let m = prm[0];
+    let n = prm[1];
+    let k = prm[2];
+    let row0 = wid.y * SS;
+    let col0 = wid.x * SS;
+    var acc: array<f32, 4>;
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        acc[i] = 0.0;
+    }
+    for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
+        for (var j = 0u; j < 2u; j = j + 1u) {
+            let e = li + 256u * j;
+            let am = e / TK;
+            let ak = e % TK;
+            var av = 0.0;
+            if (row0 + am < m && k0 + ak < k) {
+                av = a[(row0 + am) * k + k0 + ak];
+            }
+            as32[ak * SS + am] = av;
+            let bk = e / SS;
+            let bn = e % SS;
+            var bv = 0.0;
+            if (k0 + bk < k && col0 + bn < n) {
+                bv = b[(k0 + bk) * n + col0 + bn];
+            }
+            bs32[bk * SS + bn] = bv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk = kk + 1u) {
+            let a0 = as32[kk * SS + lid.y];
+            let a1 = as32[kk * SS + lid.y + 16u];
+            let b0 = bs32[kk * SS + lid.x];
+            let b1 = bs32[kk * SS + lid.x + 16u];
+            acc[0] = fma(a0, b0, acc[0]);
+            acc[1] = fma(a0, b1, acc[1]);
+            acc[2] = fma(a1, b0, acc[2]);
+            acc[3] = fma(a1, b1, acc[3]);
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 2u; i = i + 1u) {
+        let r = row0 + lid.y + 16u * i;
+        for (var j = 0u; j < 2u; j = j + 1u) {
+            let col = col0 + lid.x + 16u * j;
+            if (r < m && col < n) {
+                c[r * n + col] = acc[i * 2u + j];
+            }
+        }
+    }
+}
