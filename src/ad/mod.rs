@@ -411,7 +411,8 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
             AdjFrame::Op(frame) => {
                 let OpFrame { out, op, inputs, primals } = *frame;
                 let Some(g) = out.adj.borrow_mut().take() else { continue };
-                let contributions = ops::vjp(m, &op, &primals, &out.primal, g)?;
+                let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+                let contributions = ops::vjp(m, &op, &primals, &out.primal, g, &needs)?;
                 for (inp, c) in inputs.iter().zip(contributions) {
                     if let (Some(inp), Some(c)) = (inp, c) {
                         accumulate(m, inp, c)?;

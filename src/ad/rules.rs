@@ -29,7 +29,8 @@ fn f(x: f64) -> Value {
 
 impl Un {
     /// The forward definition on plain floats.
-    pub fn eval(self, x: f64) -> f64 {
+    /// (Generic so Floats compute in f64 and tensor elements natively in f32.)
+    pub fn eval<F: num_traits::Float>(self, x: F) -> F {
         match self {
             Un::Neg => -x,
             Un::Sin => x.sin(),
@@ -39,8 +40,8 @@ impl Un {
             Un::Log => x.ln(),
             Un::Sqrt => x.sqrt(),
             Un::Tanh => x.tanh(),
-            Un::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            Un::Relu => x.max(0.0),
+            Un::Sigmoid => F::one() / (F::one() + (-x).exp()),
+            Un::Relu => x.max(F::zero()),
             Un::Abs => x.abs(),
         }
     }

@@ -38,7 +38,13 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Print | B::Println => {
             let s = show(&arg(), true);
             let r = if b == B::Println { writeln!(m.out, "{s}") } else { write!(m.out, "{s}") };
-            r.map_err(|e| Fault::new(format!("cannot write to standard output: {e}")))?;
+            if let Err(e) = r {
+                // A closed pipe (`dp run f.dp | head`) ends the program quietly, as in other tools.
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    m.exit_code = Some(0);
+                }
+                return Err(Fault::new(format!("cannot write to standard output: {e}")));
+            }
             Value::Unit
         }
         B::Show => Value::str(show(&arg(), false)),

@@ -153,7 +153,7 @@ impl Tensor {
     /// An elementwise math function (`sin`, `exp`, `tanh`, ...), on the tensor's device.
     pub fn unary(&self, op: crate::ad::rules::Un) -> TResult<Tensor> {
         match &self.storage {
-            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|v| op.eval(v as f64) as f32))),
+            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|v| op.eval(v)))),
             Storage::Gpu(g) => gpu::ops::unary(op, g).map(Tensor::from_gpu),
         }
     }
@@ -298,7 +298,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> TResult<Tensor> {
 
 /// Reverses the axes (the usual transpose for matrices).
 pub fn transpose(a: &Tensor) -> Tensor {
-    Tensor::from_array(a.array().t().as_standard_layout().to_owned())
+    Tensor::from_array(a.array().t().as_standard_layout().into_owned())
 }
 
 /// A small deterministic generator (SplitMix64) so `randn seed` is the same everywhere.

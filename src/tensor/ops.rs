@@ -324,35 +324,66 @@ fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
 }
 
 /// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
-pub fn vjp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, g: Value) -> FResult<Vec<Option<Value>>> {
+/// `needs[i]` says whether input i's contribution is wanted (it is tracked): rules with
+/// expensive per-input work (matrix products) skip the others.
+pub fn vjp(
+    m: &mut Machine,
+    op: &TOp,
+    xs: &[Value],
+    y: &Value,
+    g: Value,
+    needs: &[bool],
+) -> FResult<Vec<Option<Value>>> {
     let s0 = shape_of(&xs[0]);
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     Ok(match op {
         TOp::MatMul => {
             let (sa, sb) = (s0.len(), shape_of(&xs[1]).len());
             let (a, b) = (xs[0].clone(), xs[1].clone());
-            match (sa, sb) {
-                (2, 2) => {
-                    let bt = call(m, TOp::Transpose, vec![b])?;
-                    let at = call(m, TOp::Transpose, vec![a])?;
-                    vec![Some(call(m, TOp::MatMul, vec![g.clone(), bt])?), Some(call(m, TOp::MatMul, vec![at, g])?)]
-                }
-                (2, 1) => {
-                    let n = shape_of(&g)[0];
-                    let k = shape_of(&b)[0];
-                    let gc = call(m, TOp::Reshape(vec![n, 1]), vec![g.clone()])?;
-                    let br = call(m, TOp::Reshape(vec![1, k]), vec![b])?;
-                    let at = call(m, TOp::Transpose, vec![a])?;
-                    vec![Some(call(m, TOp::MatMul, vec![gc, br])?), Some(call(m, TOp::MatMul, vec![at, g])?)]
-                }
-                (1, 2) => {
-                    let k = shape_of(&a)[0];
-                    let n = shape_of(&g)[0];
-                    let ac = call(m, TOp::Reshape(vec![k, 1]), vec![a])?;
-                    let gr = call(m, TOp::Reshape(vec![1, n]), vec![g.clone()])?;
-                    vec![Some(call(m, TOp::MatMul, vec![b, g])?), Some(call(m, TOp::MatMul, vec![ac, gr])?)]
-                }
-                _ => vec![Some(mul(m, g.clone(), b)?), Some(mul(m, g, a)?)],
-            }
+            // (contribution to a, contribution to b), each computed only when needed.
+            let (da, db): (Option<Value>, Option<Value>) = match (sa, sb) {
+                (2, 2) => (
+                    if need(0) {
+                        let bt = call(m, TOp::Transpose, vec![b.clone()])?;
+                        Some(call(m, TOp::MatMul, vec![g.clone(), bt])?)
+                    } else {
+                        None
+                    },
+                    if need(1) {
+                        let at = call(m, TOp::Transpose, vec![a])?;
+                        Some(call(m, TOp::MatMul, vec![at, g])?)
+                    } else {
+                        None
+                    },
+                ),
+                (2, 1) => (
+                    if need(0) {
+                        let n = shape_of(&g)[0];
+                        let k = shape_of(&b)[0];
+                        let gc = call(m, TOp::Reshape(vec![n, 1]), vec![g.clone()])?;
+                        let br = call(m, TOp::Reshape(vec![1, k]), vec![b])?;
+                        Some(call(m, TOp::MatMul, vec![gc, br])?)
+                    } else {
+                        None
+                    },
+                    // aᵀ @ g as g @ a: the same numbers without materialising the transpose.
+                    if need(1) { Some(call(m, TOp::MatMul, vec![g.clone(), a])?) } else { None },
+                ),
+                (1, 2) => (
+                    if need(0) { Some(call(m, TOp::MatMul, vec![b, g.clone()])?) } else { None },
+                    if need(1) {
+                        let k = shape_of(&a)[0];
+                        let n = shape_of(&g)[0];
+                        let ac = call(m, TOp::Reshape(vec![k, 1]), vec![a])?;
+                        let gr = call(m, TOp::Reshape(vec![1, n]), vec![g])?;
+                        Some(call(m, TOp::MatMul, vec![ac, gr])?)
+                    } else {
+                        None
+                    },
+                ),
+                _ => (Some(mul(m, g.clone(), b)?), Some(mul(m, g, a)?)),
+            };
+            vec![da, db]
         }
         TOp::Sum | TOp::Item => vec![Some(spread(m, &xs[0], g)?)],
         TOp::Mean => {
