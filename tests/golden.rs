@@ -180,3 +180,14 @@ fn prelude_type_checks() {
     let out = dp().arg("check").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/stdlib/prelude.dp")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn keyword_list_names_every_builtin() {
+    use dp::builtins::TABLE;
+    use dp::syntax::keywords::BUILTINS;
+    let mut table: Vec<&str> = TABLE.iter().map(|(n, _, _)| *n).filter(|n| *n != "ref").collect();
+    let mut listed: Vec<&str> = BUILTINS.to_vec();
+    table.sort();
+    listed.sort();
+    assert_eq!(table, listed, "src/syntax/keywords.rs BUILTINS must list exactly the builtins of src/builtins.rs");
+}
