@@ -21,6 +21,9 @@ pub enum Op {
     Closure(u32),
     Call(u32),
     TailCall(u32),
+    /// The running function calling itself with all its arguments (see `Builder::self_ref`).
+    CallSelf(u32),
+    TailSelf(u32),
     /// A builtin applied to exactly its arity.
     CallBuiltin(u32),
     Return,
@@ -215,14 +218,17 @@ pub struct Function {
 struct Builder<'a> {
     f: Function,
     subst: &'a Subst,
+    /// How this function refers to itself (a top-level `let rec` global, or `SelfRef`), so
+    /// its own saturated calls skip the closure dispatch.
+    self_ref: Option<VarRef>,
 }
 
 pub fn compile_toplevel(code: &Core, nlocals: u32, span: Span, subst: &Subst) -> Rc<Function> {
     let lam = Lambda { name: "<top>".into(), arity: 0, nlocals, captures: Vec::new(), body: code.clone(), span };
-    compile_lambda(&lam, subst)
+    compile_lambda(&lam, subst, None)
 }
 
-fn compile_lambda(l: &Lambda, subst: &Subst) -> Rc<Function> {
+fn compile_lambda(l: &Lambda, subst: &Subst, self_ref: Option<VarRef>) -> Rc<Function> {
     let mut b = Builder {
         f: Function {
             name: l.name.clone(),
@@ -238,6 +244,7 @@ fn compile_lambda(l: &Lambda, subst: &Subst) -> Rc<Function> {
             span: l.span,
         },
         subst,
+        self_ref,
     };
     b.expr(&l.body, true, l.span);
     b.emit(Op::Return, l.span);
@@ -336,11 +343,27 @@ impl Builder<'_> {
                         return;
                     }
                 }
+                let n = args.len() as u32;
+                if let Core::Var(r, _) = **f {
+                    if Some(r) == self.self_ref && n == self.f.arity {
+                        // A saturated call of the function to itself: a loop when in tail
+                        // position, a plain frame push otherwise (a placeholder keeps the
+                        // callee slot of the frame layout).
+                        if !tail {
+                            let k = self.konst(Value::Unit);
+                            self.emit(Op::Const(k), *sp);
+                        }
+                        for a in args {
+                            self.expr(a, false, *sp);
+                        }
+                        self.emit(if tail { Op::TailSelf(n) } else { Op::CallSelf(n) }, *sp);
+                        return;
+                    }
+                }
                 self.expr(f, false, *sp);
                 for a in args {
                     self.expr(a, false, *sp);
                 }
-                let n = args.len() as u32;
                 self.emit(if tail { Op::TailCall(n) } else { Op::Call(n) }, *sp);
                 return;
             }
@@ -365,14 +388,17 @@ impl Builder<'_> {
             }
             Core::LetRec(binds, body) => {
                 for (slot, l) in binds {
-                    self.closure(l, l.span);
+                    self.closure_with(l, l.span, Some(VarRef::SelfRef));
                     self.emit(Op::StoreLocal(*slot), l.span);
                 }
                 self.expr(body, tail, span);
                 return;
             }
             Core::SetGlobal(g, v) => {
-                self.expr(v, false, span);
+                match &**v {
+                    Core::Lam(l) => self.closure_with(l, span, Some(VarRef::Global(*g))),
+                    v => self.expr(v, false, span),
+                }
                 self.emit(Op::SetGlobal(*g), span);
                 let k = self.konst(Value::Unit);
                 self.emit(Op::Const(k), span);
@@ -535,7 +561,11 @@ impl Builder<'_> {
     }
 
     fn closure(&mut self, l: &Rc<Lambda>, span: Span) {
-        let f = compile_lambda(l, self.subst);
+        self.closure_with(l, span, None)
+    }
+
+    fn closure_with(&mut self, l: &Rc<Lambda>, span: Span, self_ref: Option<VarRef>) {
+        let f = compile_lambda(l, self.subst, self_ref);
         self.f.protos.push((f, l.captures.clone()));
         let i = (self.f.protos.len() - 1) as u32;
         self.emit(Op::Closure(i), span);

@@ -242,6 +242,29 @@ impl Machine {
                 }
             };
         }
+        // Every call checks for Ctrl-C and spends fuel, so any loop can be interrupted.
+        macro_rules! budget {
+            () => {
+                if self.interrupt.load(Ordering::Relaxed) {
+                    self.interrupt.store(false, Ordering::Relaxed);
+                    fault!(Fault::new("interrupted"));
+                }
+                if let Some(f) = &mut self.fuel {
+                    if *f == 0 {
+                        fault!(Fault::new("out of fuel"));
+                    }
+                    *f -= 1;
+                }
+            };
+        }
+        macro_rules! depth_limit {
+            () => {
+                if self.depth() >= self.stack_limit {
+                    fault!(Fault::new(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
+                        .help("a recursion that never ends? otherwise raise the limit with `--stack-limit`"));
+                }
+            };
+        }
         macro_rules! int2 {
             ($f:expr) => {{
                 let b = self.pop();
@@ -304,16 +327,7 @@ impl Machine {
                 Op::Call(n) | Op::TailCall(n) => {
                     let n = n as usize;
                     let tail = matches!(op, Op::TailCall(_));
-                    if self.interrupt.load(Ordering::Relaxed) {
-                        self.interrupt.store(false, Ordering::Relaxed);
-                        fault!(Fault::new("interrupted"));
-                    }
-                    if let Some(f) = &mut self.fuel {
-                        if *f == 0 {
-                            fault!(Fault::new("out of fuel"));
-                        }
-                        *f -= 1;
-                    }
+                    budget!();
                     let fpos = self.stack.len() - n - 1;
                     if matches!(&self.stack[fpos], Value::Closure(c) if c.func.arity as usize == n) {
                         // The callee slot is never read again: take the closure out of it.
@@ -355,6 +369,26 @@ impl Machine {
                         self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
                     }
                     goto!(self.resume(Action::Apply(f, args, span)));
+                }
+                Op::TailSelf(n) => {
+                    budget!();
+                    // The arguments become the parameters; the rest of the frame is reset.
+                    let n = n as usize;
+                    let first = self.stack.len() - n;
+                    for i in 0..n {
+                        self.stack.swap(base + i, first + i);
+                    }
+                    self.stack.truncate(base + n);
+                    self.stack.resize(base + clo.func.nlocals as usize, Value::Unit);
+                    pc = 0;
+                }
+                Op::CallSelf(n) => {
+                    budget!();
+                    depth_limit!();
+                    self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
+                    base = self.stack.len() - n as usize;
+                    self.stack.resize(base + clo.func.nlocals as usize, Value::Unit);
+                    pc = 0;
                 }
                 Op::CallBuiltin(i) => {
                     let arity = crate::builtins::arity_of(i);
