@@ -221,7 +221,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
     match m.grad_handler(tag) {
         Some(h) => h.frames.push(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
-        None => return Ok(y),
+        None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
 }
@@ -278,14 +278,13 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
-            if m.grad_handler(tag).is_none() {
-                return Ok(y); // escaped its grad: a plain value
-            }
+            // `live` has just found this tag's handler: no need to look twice.
             let dy = op.deriv(m, &p, &y)?;
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
-            if let Some(h) = m.grad_handler(tag) {
-                h.frames.push(frame);
+            match m.grad_handler(tag) {
+                Some(h) => h.frames.push(frame),
+                None => return Ok(out.primal.clone()),
             }
             Ok(Value::Tracked(out))
         }
@@ -322,9 +321,7 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
-    if m.grad_handler(tag).is_none() {
-        return Ok(y);
-    }
+    // `live` has just found this tag's handler (the operand tracked by it is live).
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
     let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
     let pick = |v: &Value, on: bool, d: Value| match (on, v) {
@@ -332,8 +329,9 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         _ => None,
     };
     let frame = AdjFrame::Scale { out: out.clone(), a: pick(&a, a_in, da), b: pick(&b, b_in, db) };
-    if let Some(h) = m.grad_handler(tag) {
-        h.frames.push(frame);
+    match m.grad_handler(tag) {
+        Some(h) => h.frames.push(frame),
+        None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
 }
@@ -363,6 +361,21 @@ fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
 fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
     // A broadcast input receives the sum of its copies' adjoints, in its own kind (Float or
     // Tensor) and shape.
+    if let (Value::Float(_), Value::Float(c)) = (&cell.primal, &contribution) {
+        // The scalar case: no shapes to reconcile.
+        let mut adj = cell.adj.borrow_mut();
+        *adj = Some(match adj.take() {
+            Some(Value::Float(old)) => Value::Float(old + c),
+            None => Value::Float(*c),
+            Some(old) => {
+                drop(adj);
+                let sum = add(m, old, Value::Float(*c))?;
+                *cell.adj.borrow_mut() = Some(sum);
+                return Ok(());
+            }
+        });
+        return Ok(());
+    }
     let target_is_tensor = matches!(strip(&cell.primal), Value::Tensor(_));
     let have_tensor = matches!(strip(&contribution), Value::Tensor(_));
     let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
