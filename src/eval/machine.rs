@@ -23,7 +23,7 @@ pub enum Frame {
     /// A dp function waiting for a callee to return.
     Dp { clo: Rc<Closure>, pc: u32, base: u32 },
     /// Over-application: apply the returned function to these arguments.
-    ApplyRest { args: Vec<Value>, span: Span },
+    ApplyRest(Box<(Vec<Value>, Span)>),
     /// `jvp`: split the returned value into primal and tangent of this tag.
     JvpFinish { tag: u32 },
 }
@@ -567,7 +567,10 @@ impl Machine {
                         self.stack.push(v);
                         return Ok(Next::Run(clo, pc as usize, base as usize));
                     }
-                    Some(Frame::ApplyRest { args, span }) => Action::Apply(v, args, span),
+                    Some(Frame::ApplyRest(rest)) => {
+                        let (args, span) = *rest;
+                        Action::Apply(v, args, span)
+                    }
                     Some(Frame::JvpFinish { tag }) => Action::Return(ad::jvp_finish(self, tag, v)?),
                     None => match self.pop_segment(v)? {
                         Some(a) => a,
@@ -582,7 +585,7 @@ impl Machine {
                         } else {
                             if args.len() > arity {
                                 let rest = args.split_off(arity);
-                                self.frames.push(Frame::ApplyRest { args: rest, span });
+                                self.frames.push(Frame::ApplyRest(Box::new((rest, span))));
                             }
                             if self.depth() >= self.stack_limit {
                                 return Err(Fault::new(format!(
@@ -605,7 +608,7 @@ impl Machine {
                         } else {
                             if args.len() > arity {
                                 let rest = args.split_off(arity);
-                                self.frames.push(Frame::ApplyRest { args: rest, span });
+                                self.frames.push(Frame::ApplyRest(Box::new((rest, span))));
                             }
                             let mut fixed: [Value; crate::builtins::MAX_ARITY] = Default::default();
                             for (k, a) in args.into_iter().enumerate() {
@@ -630,7 +633,7 @@ impl Machine {
                         let v = args.next().unwrap_or_default();
                         let rest: Vec<Value> = args.collect();
                         if !rest.is_empty() {
-                            self.frames.push(Frame::ApplyRest { args: rest, span });
+                            self.frames.push(Frame::ApplyRest(Box::new((rest, span))));
                         }
                         let segments = match Rc::try_unwrap(k) {
                             Ok(c) => c.segments,
