@@ -13,6 +13,7 @@
 //! * Tests for interpreter bugs found while writing this file (see their comments; they fail
 //!   until the bugs are fixed).
 
+use crate::golden::numbers;
 use proptest::prelude::*;
 use std::path::PathBuf;
 use std::process::Command;
@@ -51,22 +52,6 @@ fn run_ok(src: &str) -> Vec<String> {
     assert!(r.ok, "dp failed on:\n{src}\n--- stderr\n{}", r.stderr);
     assert!(!r.stderr.contains("panicked"), "dp panicked on:\n{src}\n{}", r.stderr);
     r.stdout.lines().map(String::from).collect()
-}
-
-/// Parses one printed dp float (shortest round-trip form, or `infinity`, `-infinity`, `nan`).
-fn parse_float(s: &str) -> Option<f64> {
-    match s {
-        "infinity" => Some(f64::INFINITY),
-        "-infinity" => Some(f64::NEG_INFINITY),
-        "nan" | "-nan" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
-}
-
-/// Every number in a printed value, in order (tuples, lists and records flattened; field
-/// names skipped).
-fn numbers(line: &str) -> Vec<f64> {
-    line.replace(['(', ')', '[', ']', '{', '}', ',', '='], " ").split_whitespace().filter_map(parse_float).collect()
 }
 
 /// The numbers of every output line of a program that must succeed.

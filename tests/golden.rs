@@ -7,6 +7,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+/// Parses one printed dp float (shortest round-trip form, or `infinity`, `-infinity`, `nan`).
+fn parse_float(s: &str) -> Option<f64> {
+    match s {
+        "infinity" => Some(f64::INFINITY),
+        "-infinity" => Some(f64::NEG_INFINITY),
+        "nan" | "-nan" => Some(f64::NAN),
+        _ => s.parse().ok(),
+    }
+}
+
+/// Every number in a printed value, in order (tuples, lists and records flattened; field
+/// names skipped).
+pub fn numbers(line: &str) -> Vec<f64> {
+    line.replace(['(', ')', '[', ']', '{', '}', ',', '='], " ").split_whitespace().filter_map(parse_float).collect()
+}
+
 pub fn dp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dp"))
 }

@@ -20,6 +20,7 @@
 //! If a batch program fails, the failing snippet is found by rerunning, and every failing case
 //! is reported with dp's stderr, so one bug does not hide the others.
 
+use crate::golden::numbers;
 use ndarray::{ArrayD, Axis, Ix1, Ix2, IxDyn, Slice};
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,20 +58,6 @@ fn run_ok(src: &str) -> Vec<String> {
     let r = run_dp(src);
     assert!(r.ok && !r.stderr.contains("panicked"), "dp failed on:\n{src}\n--- stderr\n{}", r.stderr);
     r.stdout.lines().map(String::from).collect()
-}
-
-fn parse_float(s: &str) -> Option<f64> {
-    match s {
-        "infinity" => Some(f64::INFINITY),
-        "-infinity" => Some(f64::NEG_INFINITY),
-        "nan" | "-nan" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
-}
-
-/// Every number in a printed value, in order (the word `tensor` and brackets skipped).
-fn numbers(line: &str) -> Vec<f64> {
-    line.replace(['(', ')', '[', ']', '{', '}', ',', '='], " ").split_whitespace().filter_map(parse_float).collect()
 }
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
