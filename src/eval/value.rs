@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::fmt::Write;
 use std::rc::Rc;
 
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub enum Value {
     #[default]
     Unit,
@@ -31,6 +31,43 @@ pub enum Value {
     /// A forward-mode dual number of a `jvp`.
     Dual(Rc<crate::ad::Dual>),
     Tensor(Rc<crate::tensor::Tensor>),
+}
+
+// Written out (rather than derived) so the immediate cases inline into the machine's hot loop.
+impl Clone for Value {
+    #[inline(always)]
+    fn clone(&self) -> Value {
+        match self {
+            Value::Unit => Value::Unit,
+            Value::Bool(b) => Value::Bool(*b),
+            Value::Int(n) => Value::Int(*n),
+            Value::Float(x) => Value::Float(*x),
+            Value::Nil => Value::Nil,
+            Value::Builtin(i) => Value::Builtin(*i),
+            other => other.clone_heap(),
+        }
+    }
+}
+
+impl Value {
+    #[inline(never)]
+    fn clone_heap(&self) -> Value {
+        match self {
+            Value::Str(r) => Value::Str(r.clone()),
+            Value::Tuple(r) => Value::Tuple(r.clone()),
+            Value::Cons(r) => Value::Cons(r.clone()),
+            Value::Record(r) => Value::Record(r.clone()),
+            Value::Con(r) => Value::Con(r.clone()),
+            Value::Ref(r) => Value::Ref(r.clone()),
+            Value::Closure(r) => Value::Closure(r.clone()),
+            Value::Pap(r) => Value::Pap(r.clone()),
+            Value::Cont(r) => Value::Cont(r.clone()),
+            Value::Tracked(r) => Value::Tracked(r.clone()),
+            Value::Dual(r) => Value::Dual(r.clone()),
+            Value::Tensor(r) => Value::Tensor(r.clone()),
+            immediate => immediate.clone(),
+        }
+    }
 }
 
 pub struct ConsCell {
