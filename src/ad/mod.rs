@@ -62,8 +62,10 @@ pub struct GradState {
 }
 
 impl GradState {
-    pub fn new(tag: u32, input: Value, with_value: bool) -> GradState {
-        GradState { tag, input, with_value, frames: Vec::new() }
+    /// `frames` is an empty vector whose capacity a previous `grad` left behind (see
+    /// `Machine::spare_adjoint_frames`): a loop of `grad` calls grows it only once.
+    pub fn new(tag: u32, input: Value, with_value: bool, frames: Vec<AdjFrame>) -> GradState {
+        GradState { tag, input, with_value, frames }
     }
 }
 
@@ -434,6 +436,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
             }
         }
     }
+    m.spare_adjoint_frames = std::mem::take(&mut state.frames);
     // Reading an input's adjoint also clears it, so a continuation that re-enters this
     // `grad` (multi-shot) starts its next backward pass from zero.
     let grads = map_leaves(&state.input, &mut |leaf| {

@@ -117,6 +117,8 @@ pub struct Machine {
     pub progress: Option<super::report::Progress>,
     /// Tags of the `jvp`s still running (a dual number of any other tag has escaped).
     pub live_jvps: Vec<u32>,
+    /// The emptied adjoint-frame vector of the last finished `grad`, kept for its capacity.
+    pub spare_adjoint_frames: Vec<crate::ad::AdjFrame>,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -147,6 +149,7 @@ impl Machine {
             exit_code: None,
             progress: None,
             live_jvps: Vec::new(),
+            spare_adjoint_frames: Vec::new(),
         }
     }
 
@@ -733,7 +736,13 @@ impl Machine {
                 let tag = self.next_tag;
                 self.next_tag += 1;
                 let wrapped = ad::wrap(self, &x, tag)?;
-                self.push_segment(Delim::GradHandler(Box::new(GradState::new(tag, wrapped.clone(), with_value))));
+                let frames = std::mem::take(&mut self.spare_adjoint_frames);
+                self.push_segment(Delim::GradHandler(Box::new(GradState::new(
+                    tag,
+                    wrapped.clone(),
+                    with_value,
+                    frames,
+                ))));
                 self.push_segment(Delim::GradPrompt(tag));
                 Action::Apply(f, vec![wrapped], span)
             }
