@@ -164,6 +164,37 @@ refs_available() {
     return 0
 }
 
+# ---- the two loops every workload runs ----------------------------------------------------
+# run_dp_rows R: times every dp binary on $PROG (dp_measure) and calls the workload's hook
+#   `dp_row LABEL HOW` with DP_LINE, DP_PER and DP_RSS set; HOW describes the timing.
+run_dp_rows() {
+    local r=$1 i bin label
+    for i in "${!DP_BINS[@]}"; do
+        bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
+        if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
+        note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$r)"
+        if dp_measure "$bin" "$PROG" "$r" "$DATA" --; then
+            echo "$DP_LINE" >&2
+            dp_row "$label" "(T(reps=$r) - T(reps=1)) / $((r - 1)), medians of $DP_RUNS processes"
+        else
+            note "$label FAILED"; STATUS=1
+        fi
+    done
+}
+
+# run_ref_rows SCRIPT: runs every "system:variant" of $REFS that is installed and calls the
+#   workload's hook `ref_row NAME` with REF_LINE and REF_RSS set.
+run_ref_rows() {
+    local script=$1 sv sys var
+    refs_available || return 0
+    for sv in $REFS; do
+        sys=${sv%%:*} var=${sv#*:}
+        have_module "$sys" || { note "$sys not installed in $VENV: $sv skipped"; continue; }
+        ref_run "$script" "$sys" "$var" || { STATUS=1; continue; }
+        ref_row "$sys $var"
+    done
+}
+
 # ---- table ----------------------------------------------------------------------------------
 # print_table TITLE REFERENCE_VALUE UNIT EXTRA_HEADER
 #   value agreement: |value - REFERENCE_VALUE| / REFERENCE_VALUE <= the row's tolerance

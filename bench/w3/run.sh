@@ -25,29 +25,19 @@ REFS=${REFS:-torch:eager jax:jit-cells autograd:eager}
 machine_note
 ensure_data
 
-for i in "${!DP_BINS[@]}"; do
-    bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
-    if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
-    note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$R)"
-    if dp_measure "$bin" "$PROG" "$R" "$DATA" --; then
-        echo "$DP_LINE" >&2
-        add_row "$label" "$DP_PER" "$(echo "$DP_LINE" | field value)" $TOL \
-            "warm-up epoch loss $(echo "$DP_LINE" | field warmup)" "$DP_RSS" \
-            "(T(reps=$R) - T(reps=1)) / $((R - 1)), medians of $DP_RUNS processes"
-    else
-        note "$label FAILED"; STATUS=1
-    fi
-done
+dp_row() {   # label how
+    add_row "$1" "$DP_PER" "$(echo "$DP_LINE" | field value)" $TOL \
+        "warm-up epoch loss $(echo "$DP_LINE" | field warmup)" "$DP_RSS" \
+        "$2"
+}
 
-if refs_available; then
-    for sv in $REFS; do
-        sys=${sv%%:*} var=${sv#*:}
-        have_module "$sys" || { note "$sys not installed in $VENV: $sv skipped"; continue; }
-        ref_run w3_treelstm.py "$sys" "$var" || { STATUS=1; continue; }
-        add_row "$sys $var" "$(echo "$REF_LINE" | field seconds)" "$(echo "$REF_LINE" | field value)" \
-            $TOL "$(echo "$REF_LINE" | grep -o 'scaled=.*')" "$REF_RSS" ""
-    done
-fi
+ref_row() {   # name
+    add_row "$1" "$(echo "$REF_LINE" | field seconds)" "$(echo "$REF_LINE" | field value)" \
+        $TOL "$(echo "$REF_LINE" | grep -o 'scaled=.*')" "$REF_RSS" ""
+}
+
+run_dp_rows "$R"
+run_ref_rows w3_treelstm.py
 
 print_table "W3 treelstm, 300 trees, hidden 150: seconds per epoch (300 Adagrad steps), summed loss of epoch 2" \
     "$REF_VALUE" "s/epoch" ""

@@ -37,34 +37,24 @@ machine_note
 ensure_data
 
 FIRST3_LINES=()
-for i in "${!DP_BINS[@]}"; do
-    bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
-    if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
-    note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$R)"
-    if dp_measure "$bin" "$PROG" "$R" "$DATA" --; then
-        echo "$DP_LINE" >&2
-        add_row "$label" "$DP_PER" "$(echo "$DP_LINE" | field first10)" $DP_TOL \
-            "smooth loss $(echo "$DP_LINE" | field value) (float32)" "$DP_RSS" \
-            "(T(reps=$R) - T(reps=1)) / $((R - 1)), medians of $DP_RUNS processes"
-        f3=$(echo "$DP_LINE" | field first3); e=$(relerr "$f3" $FIRST3)
-        ok=$(awk -v e="$e" -v t=$FIRST3_TOL 'BEGIN { print (e != "n/a" && e + 0 <= t) ? "yes" : "NO" }')
-        [ "$ok" = yes ] || STATUS=1
-        FIRST3_LINES+=("$(printf '  %-20s first3 = %.10g  rel.err %s (tol %s) %s' "$label" "$f3" "$e" $FIRST3_TOL "$ok")")
-    else
-        note "$label FAILED"; STATUS=1
-    fi
-done
+dp_row() {   # label how
+    add_row "$1" "$DP_PER" "$(echo "$DP_LINE" | field first10)" $DP_TOL \
+        "smooth loss $(echo "$DP_LINE" | field value) (float32)" "$DP_RSS" \
+        "$2"
+    f3=$(echo "$DP_LINE" | field first3); e=$(relerr "$f3" $FIRST3)
+    ok=$(awk -v e="$e" -v t=$FIRST3_TOL 'BEGIN { print (e != "n/a" && e + 0 <= t) ? "yes" : "NO" }')
+    [ "$ok" = yes ] || STATUS=1
+    FIRST3_LINES+=("$(printf '  %-20s first3 = %.10g  rel.err %s (tol %s) %s' "$1" "$f3" "$e" $FIRST3_TOL "$ok")")
+}
 
-if refs_available; then
-    for sv in $REFS; do
-        sys=${sv%%:*} var=${sv#*:}
-        have_module "$sys" || { note "$sys not installed in $VENV: $sv skipped"; continue; }
-        ref_run w4_char_rnn.py "$sys" "$var" || { STATUS=1; continue; }
-        add_row "$sys $var" "$(echo "$REF_LINE" | field seconds)" "$(echo "$REF_LINE" | field first10)" \
-            $REF_TOL "smooth loss $(echo "$REF_LINE" | field value) (float64)$(echo "$REF_LINE" | grep -o ' scaled=.*')" \
-            "$REF_RSS" ""
-    done
-fi
+ref_row() {   # name
+    add_row "$1" "$(echo "$REF_LINE" | field seconds)" "$(echo "$REF_LINE" | field first10)" \
+        $REF_TOL "smooth loss $(echo "$REF_LINE" | field value) (float64)$(echo "$REF_LINE" | grep -o ' scaled=.*')" \
+        "$REF_RSS" ""
+}
+
+run_dp_rows "$R"
+run_ref_rows w4_char_rnn.py
 
 print_table "W4 char-rnn (min-char-rnn), 1000 steps: seconds per 1000 steps; value = first10 (sum of the first ten step losses)" \
     "$REF_VALUE" "s/1000" ""

@@ -29,38 +29,29 @@ gflops() { awk -v s="$1" 'BEGIN { if (s + 0 > 0) printf "%.1f", 3 * 2 * 1024 ^ 3
 machine_note
 ensure_data
 
-for i in "${!DP_BINS[@]}"; do
-    bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
-    if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
-    note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$R)"
-    if dp_measure "$bin" "$PROG" "$R" "$DATA" --; then
-        echo "$DP_LINE" >&2
-        da=$(echo "$DP_LINE" | field dA_sum); db=$(echo "$DP_LINE" | field dB_sum)
-        add_row "$label" "$DP_PER" "$(echo "$DP_LINE" | field value)" $TOL \
-            "gflops=$(gflops "$DP_PER") dA_sum=$da dB_sum=$db" "$DP_RSS" \
-            "(T(reps=$R) - T(reps=1)) / $((R - 1)), medians of $DP_RUNS processes"
-        for pair in "dA_sum $da $DA_SUM" "dB_sum $db $DB_SUM"; do
-            set -- $pair
-            e=$(relerr "$2" "$3")
-            awk -v e="$e" -v t=$TOL 'BEGIN { exit !(e != "n/a" && e + 0 <= t) }' ||
-                { STATUS=1; note "$label: $1 = $2 differs from the references' $3 (rel $e > $TOL)"; }
-        done
-    else
-        note "$label FAILED"; STATUS=1
-    fi
-done
-
-if refs_available; then
-    for sv in $REFS; do
-        sys=${sv%%:*} var=${sv#*:}
-        have_module "$sys" || { note "$sys not installed in $VENV: $sv skipped"; continue; }
-        ref_run w5_matmul_grad.py "$sys" "$var" || { STATUS=1; continue; }
-        s=$(echo "$REF_LINE" | field seconds)
-        add_row "$sys $var" "$s" "$(echo "$REF_LINE" | field value)" $TOL \
-            "gflops=$(gflops "$s") dA_sum=$(echo "$REF_LINE" | field dA_sum) dB_sum=$(echo "$REF_LINE" | field dB_sum)" \
-            "$REF_RSS" ""
+dp_row() {   # label how
+    local label=$1
+    da=$(echo "$DP_LINE" | field dA_sum); db=$(echo "$DP_LINE" | field dB_sum)
+    add_row "$1" "$DP_PER" "$(echo "$DP_LINE" | field value)" $TOL \
+        "gflops=$(gflops "$DP_PER") dA_sum=$da dB_sum=$db" "$DP_RSS" \
+        "$2"
+    for pair in "dA_sum $da $DA_SUM" "dB_sum $db $DB_SUM"; do
+        set -- $pair
+        e=$(relerr "$2" "$3")
+        awk -v e="$e" -v t=$TOL 'BEGIN { exit !(e != "n/a" && e + 0 <= t) }' ||
+            { STATUS=1; note "$label: $1 = $2 differs from the references' $3 (rel $e > $TOL)"; }
     done
-fi
+}
+
+ref_row() {   # name
+    s=$(echo "$REF_LINE" | field seconds)
+    add_row "$1" "$s" "$(echo "$REF_LINE" | field value)" $TOL \
+        "gflops=$(gflops "$s") dA_sum=$(echo "$REF_LINE" | field dA_sum) dB_sum=$(echo "$REF_LINE" | field dB_sum)" \
+        "$REF_RSS" ""
+}
+
+run_dp_rows "$R"
+run_ref_rows w5_matmul_grad.py
 
 print_table "W5 matmul-grad, A, B 1024 x 1024 float32: seconds per iteration (loss, dA, dB)" \
     "$REF_VALUE" "s/iter" "GFLOP/s (3 x 2 x 1024^3 flops), gradient sums"
