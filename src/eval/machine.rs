@@ -6,7 +6,7 @@
 //! use stays correct). The Rust stack never grows with the dp program.
 
 use super::compile::{Function, Op};
-use super::value::{show, Closure, ConVal, Cont, Pap, RecordVal, Value};
+use super::value::{Closure, ConVal, Cont, Pap, RecordVal, Value};
 use crate::ad::{self, GradState};
 use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
@@ -1070,8 +1070,4 @@ pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
         (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&ad::strip(a), &ad::strip(b)),
         _ => return Err(Fault::new(format!("internal: ordering {} and {}", a.type_name(), b.type_name()))),
     })
-}
-
-pub fn display(v: &Value) -> String {
-    show(v, true)
 }

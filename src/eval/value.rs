@@ -375,3 +375,16 @@ pub fn fmt_f32(x: f32) -> String {
         format!("{s}.0")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The sizes docs/design.md and bench/RESULTS.md quote (per value, per recorded operation).
+    #[test]
+    fn sizes_quoted_in_the_docs() {
+        assert_eq!(std::mem::size_of::<super::Value>(), 16);
+        assert_eq!(std::mem::size_of::<crate::eval::machine::Frame>(), 24);
+        // A recorded scalar operation: one tracked value (with its Rc counts) + one adjoint frame.
+        assert_eq!(std::mem::size_of::<crate::ad::Tracked>() + 2 * std::mem::size_of::<usize>(), 64);
+        assert_eq!(std::mem::size_of::<crate::ad::AdjFrame>(), 56);
+    }
+}

@@ -248,52 +248,31 @@ pub fn sum_to(g: &Tensor, shape: &[usize]) -> TResult<Tensor> {
 pub fn matmul(a: &Tensor, b: &Tensor) -> TResult<Tensor> {
     use ndarray::{Ix1, Ix2};
     let (x, y) = (a.array(), b.array());
-    let err = || {
-        format!(
-            "matrix product of shapes {} and {}: inner dimensions differ",
-            fmt_shape(x.shape()),
-            fmt_shape(y.shape())
-        )
-    };
-    match (x.ndim(), y.ndim()) {
-        (2, 2) => {
-            let (p, q) =
-                (x.view().into_dimensionality::<Ix2>().unwrap(), y.view().into_dimensionality::<Ix2>().unwrap());
-            if p.ncols() != q.nrows() {
-                return Err(err());
-            }
-            Ok(Tensor::from_array(p.dot(&q).into_dyn()))
-        }
-        (2, 1) => {
-            let (p, q) =
-                (x.view().into_dimensionality::<Ix2>().unwrap(), y.view().into_dimensionality::<Ix1>().unwrap());
-            if p.ncols() != q.len() {
-                return Err(err());
-            }
-            Ok(Tensor::from_array(p.dot(&q).into_dyn()))
-        }
-        (1, 2) => {
-            let (p, q) =
-                (x.view().into_dimensionality::<Ix1>().unwrap(), y.view().into_dimensionality::<Ix2>().unwrap());
-            if p.len() != q.nrows() {
-                return Err(err());
-            }
-            Ok(Tensor::from_array(p.dot(&q).into_dyn()))
-        }
-        (1, 1) => {
-            let (p, q) =
-                (x.view().into_dimensionality::<Ix1>().unwrap(), y.view().into_dimensionality::<Ix1>().unwrap());
-            if p.len() != q.len() {
-                return Err(err());
-            }
-            Ok(Tensor::from_array(ArrayD::from_elem(IxDyn(&[]), p.dot(&q))))
-        }
-        _ => Err(format!(
-            "`@` multiplies matrices and vectors; got shapes {} and {}",
-            fmt_shape(x.shape()),
-            fmt_shape(y.shape())
-        )),
+    let (xs, ys) = (x.shape(), y.shape());
+    if !(1..=2).contains(&xs.len()) || !(1..=2).contains(&ys.len()) {
+        return Err(format!("`@` multiplies matrices and vectors; got shapes {} and {}", fmt_shape(xs), fmt_shape(ys)));
     }
+    // The contracted axis: the last of the left operand, the first of the right.
+    if xs[xs.len() - 1] != ys[0] {
+        return Err(format!(
+            "matrix product of shapes {} and {}: inner dimensions differ",
+            fmt_shape(xs),
+            fmt_shape(ys)
+        ));
+    }
+    fn m2(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView2<'_, f32>> {
+        t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())
+    }
+    fn v1(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView1<'_, f32>> {
+        t.view().into_dimensionality::<Ix1>().map_err(|e| e.to_string())
+    }
+    let out = match (xs.len(), ys.len()) {
+        (2, 2) => m2(x)?.dot(&m2(y)?).into_dyn(),
+        (2, 1) => m2(x)?.dot(&v1(y)?).into_dyn(),
+        (1, 2) => v1(x)?.dot(&m2(y)?).into_dyn(),
+        _ => ArrayD::from_elem(IxDyn(&[]), v1(x)?.dot(&v1(y)?)),
+    };
+    Ok(Tensor::from_array(out))
 }
 
 /// Reverses the axes (the usual transpose for matrices).
