@@ -10,16 +10,23 @@ pub fn report(session: &Session, d: &Diagnostic) {
     eprint!("{}", session.render(d, color));
 }
 
+/// A session for the command line with the prelude loaded, or the exit code to stop with
+/// (70, EX_SOFTWARE: the embedded standard library itself failed).
+pub fn new_session(stack_limit: usize) -> Result<Session, u8> {
+    let mut session = Session::new().map_err(|d| {
+        eprintln!("dp: the standard library failed to load: {}", d.message);
+        70
+    })?;
+    session.machine.stack_limit = stack_limit;
+    Ok(session)
+}
+
 /// Runs (or only checks) a file; returns the process exit code.
 pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: bool) -> u8 {
-    let mut session = match Session::new() {
+    let mut session = match new_session(stack_limit) {
         Ok(s) => s,
-        Err(d) => {
-            eprintln!("dp: the standard library failed to load: {}", d.message);
-            return 70;
-        }
+        Err(code) => return code,
     };
-    session.machine.stack_limit = stack_limit;
     session.machine.args = args;
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,

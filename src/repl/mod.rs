@@ -75,14 +75,10 @@ fn history_path() -> Option<PathBuf> {
 }
 
 pub fn start(stack_limit: usize) -> u8 {
-    let mut session = match Session::new() {
+    let mut session = match crate::cli::new_session(stack_limit) {
         Ok(s) => s,
-        Err(d) => {
-            eprintln!("dp: the standard library failed to load: {}", d.message);
-            return 70;
-        }
+        Err(code) => return code,
     };
-    session.machine.stack_limit = stack_limit;
     let flag = session.machine.interrupt.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
     let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::new() {
