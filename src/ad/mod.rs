@@ -95,38 +95,48 @@ pub fn strip(v: &Value) -> Value {
 
 /// `stop_gradient`: strips perturbations throughout a structure.
 pub fn strip_deep(v: &Value) -> Value {
-    map_leaves(v, &mut |x| Ok(strip(x))).unwrap_or_else(|_| v.clone())
+    map_leaves(v.clone(), &mut |x| Ok(strip(&x))).unwrap_or_else(|_| v.clone())
 }
 
-/// Maps the differentiable leaves (Floats and perturbed values) of a structure.
-pub fn map_leaves(v: &Value, f: &mut dyn FnMut(&Value) -> FResult<Value>) -> FResult<Value> {
+/// Maps the differentiable leaves (Floats and perturbed values) of a structure. The structure
+/// comes by value: parts only this caller holds are taken apart rather than copied, so leaves
+/// reach `f` uniquely owned when they can (the tree builtins then update tensors in place).
+pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
         Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Tensor(_) => f(v)?,
-        Value::Tuple(vs) => Value::Tuple(Rc::new(vs.iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?)),
-        Value::Record(r) => Value::Record(Rc::new(RecordVal {
-            names: r.names.clone(),
-            values: r.values.iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?,
-        })),
+        Value::Tuple(vs) => {
+            Value::Tuple(Rc::new(take(vs).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?))
+        }
+        Value::Record(r) => {
+            let RecordVal { names, values } = take(r);
+            Value::Record(Rc::new(RecordVal {
+                names,
+                values: values.into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?,
+            }))
+        }
         Value::Nil | Value::Cons(_) => {
-            let items = v.iter_list().map(|x| map_leaves(x, f)).collect::<FResult<Vec<_>>>()?;
+            let items = take_list(v).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
-        other => other.clone(),
+        other => other,
     })
 }
 
-/// Zips the leaves of two structures of the same shape.
-pub fn zip_leaves(a: &Value, b: &Value, f: &mut dyn FnMut(&Value, &Value) -> FResult<Value>) -> FResult<Value> {
+/// Zips the leaves of two structures of the same shape (by value, as `map_leaves`).
+pub fn zip_leaves(a: Value, b: Value, f: &mut dyn FnMut(Value, Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match (a, b) {
-        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
-            Value::Tuple(Rc::new(x.iter().zip(y.iter()).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?))
+        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
+            take(x).into_iter().zip(take(y)).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+        )),
+        (Value::Record(x), Value::Record(y)) if x.names == y.names => {
+            let (RecordVal { names, values: xs }, ys) = (take(x), take(y).values);
+            Value::Record(Rc::new(RecordVal {
+                names,
+                values: xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+            }))
         }
-        (Value::Record(x), Value::Record(y)) if x.names == y.names => Value::Record(Rc::new(RecordVal {
-            names: x.names.clone(),
-            values: x.values.iter().zip(&y.values).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
-        })),
-        (Value::Nil | Value::Cons(_), Value::Nil | Value::Cons(_)) => {
-            let (xs, ys): (Vec<_>, Vec<_>) = (a.iter_list().collect(), b.iter_list().collect());
+        (a @ (Value::Nil | Value::Cons(_)), b @ (Value::Nil | Value::Cons(_))) => {
+            let (xs, ys) = (take_list(a), take_list(b));
             if xs.len() != ys.len() {
                 return Err(Fault::new(format!(
                     "jvp: the tangent list has {} elements, the point {}",
@@ -134,23 +144,47 @@ pub fn zip_leaves(a: &Value, b: &Value, f: &mut dyn FnMut(&Value, &Value) -> FRe
                     xs.len()
                 )));
             }
-            let items = xs.iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
+            let items = xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
-        _ => f(a, b)?,
+        (a, b) => f(a, b)?,
     })
+}
+
+/// The contents of a shared node: moved out when this is the only holder, copied otherwise.
+fn take<T: Clone>(r: Rc<T>) -> T {
+    Rc::try_unwrap(r).unwrap_or_else(|shared| (*shared).clone())
+}
+
+/// A list's elements, taking cells apart where this is their only holder.
+fn take_list(mut l: Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let Value::Cons(cell) = l {
+        l = match Rc::try_unwrap(cell) {
+            // ConsCell's Drop unlinks long tails iteratively, so the fields are swapped out.
+            Ok(mut c) => {
+                out.push(std::mem::take(&mut c.head));
+                std::mem::take(&mut c.tail)
+            }
+            Err(shared) => {
+                out.push(shared.head.clone());
+                shared.tail.clone()
+            }
+        };
+    }
+    out
 }
 
 /// `grad`'s argument: every differentiable leaf tracked by `tag`.
 pub fn wrap(_m: &mut Machine, x: &Value, tag: u32) -> FResult<Value> {
-    map_leaves(x, &mut |leaf| {
-        Ok(Value::Tracked(Rc::new(Tracked { tag, primal: leaf.clone(), adj: RefCell::new(None) })))
+    map_leaves(x.clone(), &mut |leaf| {
+        Ok(Value::Tracked(Rc::new(Tracked { tag, primal: leaf, adj: RefCell::new(None) })))
     })
 }
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
 pub fn dual(_m: &mut Machine, x: &Value, v: &Value, tag: u32) -> FResult<Value> {
-    zip_leaves(x, v, &mut |p, t| Ok(Value::Dual(Rc::new(Dual { tag, primal: p.clone(), tangent: t.clone() }))))
+    zip_leaves(x.clone(), v.clone(), &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))))
 }
 
 /// The value at `tag`'s level: its primal if it is perturbed by `tag`, itself otherwise.
@@ -165,7 +199,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
 pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
-        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(t.unary(op)?))),
+        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(crate::tensor::elementwise::unary(op, t)?))),
         other => unary(m, op, other),
     }
 }
@@ -439,10 +473,10 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
     m.spare_adjoint_frames = std::mem::take(&mut state.frames);
     // Reading an input's adjoint also clears it, so a continuation that re-enters this
     // `grad` (multi-shot) starts its next backward pass from zero.
-    let grads = map_leaves(&state.input, &mut |leaf| {
+    let grads = map_leaves(state.input.clone(), &mut |leaf| {
         Ok(match leaf {
             Value::Tracked(t) if t.tag == tag => t.adj.borrow_mut().take().unwrap_or_else(|| zero_like(&t.primal)),
-            other => zero_like(other),
+            other => zero_like(&other),
         })
     })?;
     if state.with_value {
@@ -455,14 +489,14 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
 /// `jvp`'s result: (primal output, tangent output) at `tag`.
 pub fn jvp_finish(m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
     m.live_jvps.retain(|&t| t != tag);
-    let primal = map_leaves(&y, &mut |leaf| Ok(primal_at(leaf, tag)))?;
-    let tangent = map_leaves(&y, &mut |leaf| {
+    let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
+    let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {
             Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
                 (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(Tensor::full(p.shape(), *z as f32))),
                 (t, _) => t.clone(),
             },
-            other => zero_like(other),
+            other => zero_like(&other),
         })
     })?;
     Ok(Value::Tuple(Rc::new(vec![primal, tangent])))

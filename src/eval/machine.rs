@@ -799,8 +799,7 @@ impl Machine {
         match (p, &a) {
             (Prim::Neg, Value::Int(n)) => Ok(Value::Int(n.wrapping_neg())),
             (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
-            (Prim::Neg, Value::Tensor(t)) => Ok(Value::Tensor(Rc::new(t.unary(crate::ad::rules::Un::Neg)?))),
-            (Prim::Neg, _) => ad::unary(self, crate::ad::rules::Un::Neg, a),
+            (Prim::Neg, _) => ad::apply_un(self, crate::ad::rules::Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
             _ => Err(Fault::new(format!("internal: `{p:?}` on {}", a.type_name()))),
@@ -834,7 +833,7 @@ impl Machine {
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
-                return crate::tensor::ops::elementwise(p, &a, &b)
+                return crate::tensor::ops::elementwise(p, a, b)
             }
             (Prim::MatMul, _, _) => return crate::tensor::ops::call(self, crate::tensor::ops::TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),

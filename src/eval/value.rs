@@ -87,6 +87,7 @@ impl Drop for ConsCell {
     }
 }
 
+#[derive(Clone)]
 pub struct RecordVal {
     /// Sorted field names.
     pub names: Rc<[Rc<str>]>,

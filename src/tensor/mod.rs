@@ -4,10 +4,12 @@
 //! `ops::elementwise`); operands on two devices are an error.
 
 pub mod builtins;
+pub mod elementwise;
 pub mod gpu;
 pub mod npy;
 pub mod ops;
 pub mod tree;
+pub mod vmath;
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
@@ -153,7 +155,7 @@ impl Tensor {
     /// An elementwise math function (`sin`, `exp`, `tanh`, ...), on the tensor's device.
     pub fn unary(&self, op: crate::ad::rules::Un) -> TResult<Tensor> {
         match &self.storage {
-            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|v| op.eval(v)))),
+            Storage::Cpu(a) => Ok(Tensor::from_array(elementwise::map_un(op, a))),
             Storage::Gpu(g) => gpu::ops::unary(op, g).map(Tensor::from_gpu),
         }
     }
@@ -206,22 +208,6 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> TResult<Vec<usize>> {
         };
     }
     Ok(out)
-}
-
-/// Elementwise binary operation with NumPy broadcasting.
-pub fn zip_with(a: &Tensor, b: &Tensor, f: impl Fn(f32, f32) -> f32) -> TResult<Tensor> {
-    let shape = broadcast_shape(a.shape(), b.shape())?;
-    let (x, y) = (a.array(), b.array());
-    if x.shape() == y.shape() {
-        let mut out = x.clone();
-        out.zip_mut_with(y, |p, q| *p = f(*p, *q));
-        return Ok(Tensor::from_array(out));
-    }
-    let xb = x.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
-    let yb = y.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
-    let mut out = xb.to_owned();
-    out.zip_mut_with(&yb, |p, q| *p = f(*p, *q));
-    Ok(Tensor::from_array(out))
 }
 
 /// Sums `g` down to `shape` (the adjoint of broadcasting).

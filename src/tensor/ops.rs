@@ -3,7 +3,8 @@
 //! `call` and the machine's generic arithmetic, so they are differentiable themselves and
 //! higher-order derivatives through tensor code need nothing extra.
 
-use super::{fmt_shape, matmul, sum_to, transpose, zip_with, Device, Tensor};
+use super::elementwise::{binary, with_scalar, Bin};
+use super::{fmt_shape, matmul, sum_to, transpose, Device, Tensor};
 use crate::ad;
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
@@ -574,29 +575,17 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
     }
 }
 
-/// Elementwise arithmetic on plain tensors and Floats (broadcasting).
-pub fn elementwise(p: Prim, a: &Value, b: &Value) -> FResult<Value> {
-    if [a, b].iter().any(|v| matches!(v, Value::Tensor(t) if t.is_gpu())) {
-        return super::gpu::ops::elementwise(p, a, b);
+/// Elementwise arithmetic on plain tensors and Floats (broadcasting). Operands come by value
+/// so a tensor only this call holds is reused for the result (`elementwise::binary`).
+pub fn elementwise(p: Prim, a: Value, b: Value) -> FResult<Value> {
+    if [&a, &b].iter().any(|v| matches!(v, Value::Tensor(t) if t.is_gpu())) {
+        return super::gpu::ops::elementwise(p, &a, &b);
     }
-    let f: fn(f32, f32) -> f32 = match p {
-        Prim::Add => |x, y| x + y,
-        Prim::Sub => |x, y| x - y,
-        Prim::Mul => |x, y| x * y,
-        Prim::Div => |x, y| x / y,
-        Prim::Pow => f32::powf,
-        _ => return Err(Fault::new(format!("internal: `{p:?}` on tensors"))),
-    };
+    let Some(op) = Bin::of(p) else { return Err(Fault::new(format!("internal: `{p:?}` on tensors"))) };
     Ok(match (a, b) {
-        (Value::Tensor(x), Value::Tensor(y)) => wrap(zip_with(x, y, f)?),
-        (Value::Tensor(x), Value::Float(y)) => {
-            let y = *y as f32;
-            wrap(x.map(|v| f(v, y)))
-        }
-        (Value::Float(x), Value::Tensor(y)) => {
-            let x = *x as f32;
-            wrap(y.map(|v| f(x, v)))
-        }
-        _ => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
+        (Value::Tensor(x), Value::Tensor(y)) => wrap(binary(op, x, y)?),
+        (Value::Tensor(x), Value::Float(y)) => wrap(with_scalar(op, x, y as f32, false)),
+        (Value::Float(x), Value::Tensor(y)) => wrap(with_scalar(op, y, x as f32, true)),
+        (a, b) => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
     })
 }

@@ -30,8 +30,7 @@ fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     // Leaves are combined through a raw pointer-free closure over `m`.
-    let two =
-        |m: &mut Machine, p: Prim, x: Value, y: Value| zip_leaves(&x, &y, &mut |a, b| m.prim2(p, a.clone(), b.clone()));
+    let two = |m: &mut Machine, p: Prim, x: Value, y: Value| zip_leaves(x, y, &mut |a, b| m.prim2(p, a, b));
     Ok(match b {
         B::TreeAdd => two(m, Prim::Add, arg(), arg())?,
         B::TreeSub => two(m, Prim::Sub, arg(), arg())?,
@@ -39,25 +38,25 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::TreeDiv => two(m, Prim::Div, arg(), arg())?,
         B::TreeScale => {
             let k = arg();
-            map_leaves(&arg(), &mut |x| m.prim2(Prim::Mul, k.clone(), x.clone()))?
+            map_leaves(arg(), &mut |x| m.prim2(Prim::Mul, k.clone(), x))?
         }
         B::TreeAddScalar => {
             let k = arg();
-            map_leaves(&arg(), &mut |x| m.prim2(Prim::Add, x.clone(), k.clone()))?
+            map_leaves(arg(), &mut |x| m.prim2(Prim::Add, x, k.clone()))?
         }
-        B::TreeSqrt => map_leaves(&arg(), &mut |x| sqrt(m, x.clone()))?,
+        B::TreeSqrt => map_leaves(arg(), &mut |x| sqrt(m, x))?,
         B::TreeClip => {
             let (lo, hi) = (float(&arg())?, float(&arg())?);
-            map_leaves(&arg(), &mut |x| clip(x, lo, hi))?
+            map_leaves(arg(), &mut |x| clip(&x, lo, hi))?
         }
-        B::TreeZeros => map_leaves(&arg(), &mut |x| Ok(ad::zero_like(x)))?,
+        B::TreeZeros => map_leaves(arg(), &mut |x| Ok(ad::zero_like(&x)))?,
         B::TreeSumSquares => {
             let mut total = Value::Float(0.0);
-            map_leaves(&arg(), &mut |x| {
+            map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
                 let s = if matches!(ad::strip(&sq), Value::Tensor(_)) { ops::call(m, TOp::Sum, vec![sq])? } else { sq };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
-                Ok(x.clone())
+                Ok(x)
             })?;
             total
         }
