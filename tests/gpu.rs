@@ -11,8 +11,9 @@
 //! size), plus one elementwise operation over more than 65,535 × 256 elements, which needs a
 //! 2-D dispatch grid.
 //!
-//! The GPU runs trace CPU fallbacks (`DP_GPU_TRACE=1`): none may happen except those
-//! documented in docs/gpu.md, so every other operation here ran a GPU kernel.
+//! The GPU runs trace CPU fallbacks (`DP_GPU_TRACE=1`): none may happen, so every operation
+//! here, forward and derivative, ran a GPU kernel. Programs that print only Floats are also
+//! checked to read back nothing but those Floats (no whole tensor comes back mid-derivative).
 //!
 //! Without a GPU adapter (no Vulkan driver, say) the comparisons print a notice and pass,
 //! unless `DP_REQUIRE_GPU=1`, when they fail. The device-selection errors are checked on every
@@ -89,6 +90,7 @@ import optim
 
 let pt (t : Tensor) = (println (show (shape t)); println (show (to_list t)))
 let pf (v : Float) = println (show v)
+let pm (t : Tensor) = let m = grad max t in (pt m; println (show (argmax m)))
 
 let x = randn 1 [37, 53]
 let y = randn 2 [37, 53]
@@ -107,6 +109,9 @@ let pos = abs x + 0.5
 let k29 = randn 14 [37, 29]
 let dx = randn 15 [37, 53]
 let dy = randn 16 [37, 53]
+let nan1 = tensor [0.0 / 0.0]
+let ninf1 = tensor [-1.0 / 0.0]
+let e53 = (arange 53 - 26.0) * 0.25
 "#;
 
 struct Case {
@@ -187,15 +192,7 @@ fn check(cases: &[Case]) {
     assert!(cpu.ok, "the CPU run failed:\n{}\n--- program\n{src}", cpu.stderr);
     let gpu = dp_with("gpu", &src, &[("DP_GPU_TRACE", "1")]);
     assert!(gpu.ok && !gpu.stderr.contains("panicked"), "the GPU run failed:\n{}\n--- program\n{src}", gpu.stderr);
-    // Everything runs on the GPU, except the documented fallbacks: max's derivative mask, and
-    // the mapped function in the derivative of `**` with respect to exponents where some base
-    // is not positive (ad/rules.rs).
-    let fallbacks: Vec<&str> = gpu
-        .stderr
-        .lines()
-        .filter(|l| l.contains("CPU fallback") && !l.ends_with("ArgmaxMask") && !l.ends_with("a mapped function"))
-        .collect();
-    assert!(fallbacks.is_empty(), "operations fell back to the CPU:\n{}", fallbacks.join("\n"));
+    assert_no_fallback(&gpu.stderr);
     let sections = |out: &str| -> Vec<(String, Vec<String>)> {
         let mut v: Vec<(String, Vec<String>)> = Vec::new();
         for line in out.lines() {
@@ -217,6 +214,28 @@ fn check(cases: &[Case]) {
         bad.extend(compare_lines(case, &c, &g));
     }
     assert!(bad.is_empty(), "GPU and CPU disagree:\n{}", bad.join("\n"));
+}
+
+/// Everything ran on the GPU: the trace names no CPU fallback.
+fn assert_no_fallback(trace: &str) {
+    let fallbacks: Vec<&str> = trace.lines().filter(|l| l.contains("CPU fallback")).collect();
+    assert!(fallbacks.is_empty(), "operations fell back to the CPU:\n{}", fallbacks.join("\n"));
+}
+
+/// Runs a program that prints only Floats on the GPU and checks that the data stayed there:
+/// no fallback, and every read-back is a single value (a Float result), never a tensor.
+fn assert_stays_on_the_gpu(code: &str) {
+    if !gpu() {
+        return;
+    }
+    let src = format!("{PRELUDE}{code}");
+    let r = dp_with("gpu", &src, &[("DP_GPU_TRACE", "1")]);
+    assert!(r.ok && !r.stderr.contains("panicked"), "the GPU run failed:\n{}\n--- program\n{src}", r.stderr);
+    assert_no_fallback(&r.stderr);
+    let bulk: Vec<&str> =
+        r.stderr.lines().filter(|l| l.contains("read back") && !l.ends_with("read back 1 value")).collect();
+    assert!(bulk.is_empty(), "tensors were read back from the GPU:\n{}", bulk.join("\n"));
+    assert!(r.stderr.contains("read back 1 value"), "the trace is missing (DP_GPU_TRACE):\n{}", r.stderr);
 }
 
 const E: f64 = 1e-4; // elementwise, data movement
@@ -455,6 +474,143 @@ fn gpu_forward_mode_and_second_order() {
 }
 
 #[test]
+fn gpu_max_derivative_mask() {
+    // The mask marks the first maximum in row-major order, as the CPU's argmax: ties go to the
+    // first, NaN never wins unless it comes first, -0 ties with +0. `argmax` of the mask (read
+    // on the host) says which index the GPU picked.
+    check(&[
+        Case { name: "random", tol: E, code: "let () = pm x" },
+        Case { name: "rank 3, odd sizes", tol: E, code: "let () = pm (randn 70 [7, 11, 3])" },
+        Case { name: "one element", tol: E, code: "let () = pm (tensor [[4.0]])" },
+        Case { name: "negative", tol: E, code: "let () = pm (x - 10.0)" },
+        Case { name: "ties", tol: E, code: "let () = pm (tensor [1.0, 3.0, 3.0, 2.0, 3.0])" },
+        Case { name: "ties, negative", tol: E, code: "let () = pm (tensor [-5.0, -2.0, -7.0, -2.0])" },
+        Case { name: "all equal", tol: E, code: "let () = pm (full [3, 37] 2.5)" },
+        Case { name: "signed zeros", tol: E, code: "let () = pm (tensor [-1.0, -0.0, 0.0, -0.0])" },
+        Case { name: "NaN first", tol: E, code: "let () = pm (concat 0 [nan1, tensor [1.0, 5.0, 2.0]])" },
+        Case {
+            name: "NaN between",
+            tol: E,
+            code: "let () = pm (concat 0 [tensor [1.0], nan1, tensor [5.0], nan1, tensor [5.0]])",
+        },
+        Case { name: "all NaN", tol: E, code: "let () = pm (concat 0 [nan1, nan1, nan1])" },
+        Case { name: "NaN and -inf", tol: E, code: "let () = pm (concat 0 [ninf1, nan1, ninf1, tensor [-3.0]])" },
+        Case { name: "all -inf", tol: E, code: "let () = pm (concat 0 [ninf1, ninf1])" },
+        Case { name: "inf", tol: E, code: "let () = pm (concat 0 [tensor [1.0], -ninf1, tensor [2.0], -ninf1])" },
+        // 300,001 elements: three passes (1,024 partials, then 4, then 1). Clipping ties the
+        // maximum across every workgroup; the spikes tie at 200,003 (workgroup 781 of the first
+        // pass) and 299,999 (workgroup 147, second grid-stride step): the index decides, not
+        // the workgroup order.
+        Case {
+            name: "multi-pass ties",
+            tol: E,
+            code: "let () = let m = grad max (tree_clip (-1.0) 1.0 (randn 22 [300001])) in (pf (sum m); println (show (argmax m)))",
+        },
+        Case {
+            name: "multi-pass late ties",
+            tol: E,
+            code: "let () = let s = onehot 300001 200003 + onehot 300001 299999 in let m = grad max (tree_clip (-1.0) 0.5 (randn 22 [300001]) * (1.0 - s) + s * 2.0) in (pf (sum m); println (show (argmax m)))",
+        },
+        Case {
+            name: "multi-pass NaN first",
+            tol: E,
+            code: "let () = let m = grad max (concat 0 [nan1, randn 22 [300000]]) in (pf (sum m); println (show (argmax m)))",
+        },
+        Case {
+            name: "jvp with ties",
+            tol: R,
+            code: "let () = let (p, t) = jvp max (tensor [1.0, 3.0, 3.0, 2.0]) (tensor [10.0, 20.0, 30.0, 40.0]) in (pf p; pf t)",
+        },
+        Case {
+            name: "jvp NaN first",
+            tol: R,
+            code: "let () = let (_, t) = jvp max (concat 0 [nan1, tensor [4.0, 5.0]]) (tensor [10.0, 20.0, 30.0]) in pf t",
+        },
+        Case { name: "grad of a product", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> max (a * y) * 3.0) x)" },
+    ]);
+}
+
+#[test]
+fn gpu_pow_exponent_gradient_with_non_positive_bases() {
+    // ∂(a^b)/∂b = a^b · ln a, with ln a taken as 0 where a ≤ 0 (or NaN). e53 mixes integral
+    // exponents (finite powers of negative bases) with fractional ones (NaN there).
+    check(&[
+        Case {
+            name: "negative bases",
+            tol: R,
+            code: "let () = let (a, b) = grad (fun (a, b) -> sum (a ** b * y)) (x, e53) in (pt a; pt b)",
+        },
+        Case {
+            name: "integral exponents",
+            tol: R,
+            code: "let () = let (a, b) = grad (fun (a, b) -> sum (a ** b * slice y 1 0 7)) (slice x 1 0 7, tensor [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0]) in (pt a; pt b)",
+        },
+        Case {
+            name: "zero bases",
+            tol: R,
+            code: "let () = let (a, b) = grad (fun (a, b) -> sum (a ** b * y)) (relu x, e53) in (pt a; pt b)",
+        },
+        Case {
+            name: "signed zero bases",
+            tol: R,
+            code: "let () = pt (grad (fun (b : Tensor) -> sum ((x * 0.0) ** b * y)) e53)",
+        },
+        Case {
+            name: "only the exponent",
+            tol: R,
+            code: "let () = pt (grad (fun (b : Tensor) -> sum (x ** b)) (y * 0.0 + 2.0))",
+        },
+        Case {
+            name: "special bases",
+            tol: R,
+            code: "let () = pt (grad (fun (b : Tensor) -> sum (concat 0 [nan1, ninf1, -ninf1, tensor [0.0, -2.0, 2.0]] ** b)) (tensor [2.0, 3.0, -1.0, 1.0, 3.0, 0.5]))",
+        },
+        Case {
+            name: "Float exponent, negative bases",
+            tol: R,
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (a ** 2.0 * y)) x)",
+        },
+        Case {
+            name: "Float bases",
+            tol: R,
+            code: "let () = (pt (grad (fun (b : Tensor) -> sum (2.0 ** b)) e53); pt (grad (fun (b : Tensor) -> sum ((0.0 - 2.0) ** b)) e53))",
+        },
+        Case {
+            name: "jvp",
+            tol: R,
+            code: "let () = let (p, t) = jvp (fun (b : Tensor) -> x ** b) e53 (rv * 0.5) in (pt p; pt t)",
+        },
+        // Nested: the base carries an outer perturbation, so ln a is differentiated further when
+        // every base is positive (pos) and is a constant otherwise (x), as on the CPU.
+        Case {
+            name: "grad of grad, mixed signs",
+            tol: R,
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (grad (fun (b : Tensor) -> sum (a ** b * y)) e53 * rv)) x)",
+        },
+        Case {
+            name: "grad of grad, positive",
+            tol: R,
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (grad (fun (b : Tensor) -> sum (a ** b * y)) rv * rv)) pos)",
+        },
+    ]);
+}
+
+#[test]
+fn gpu_derivatives_read_back_no_tensor() {
+    // Max's mask and the exponent's partial of `**` used to be computed on the host.
+    assert_stays_on_the_gpu(
+        r#"
+let () = pf (sum (grad max x * y))
+let () = pf (sum (grad max (concat 0 [nan1, randn 22 [300000]]) * randn 23 [300001]))
+let () = let (_, t) = jvp max x dx in pf t
+let () = pf (sum (grad (fun (b : Tensor) -> sum (x ** b * y)) e53 * rv))
+let () = pf (sum (grad (fun (a : Tensor) -> sum (a ** 2.0 * y)) x * y))
+let () = pf (sum (grad (fun (a : Tensor) -> sum (grad (fun (b : Tensor) -> sum (a ** b * y)) e53 * rv)) x * y))
+"#,
+    );
+}
+
+#[test]
 fn gpu_training_with_the_standard_library() {
     check(&[Case {
         name: "adam steps",
@@ -479,10 +635,11 @@ let () = let m = train 4 (optim.adam_init model0) model0 in (pt m.l1.w; pt m.l2.
 fn gpu_large_elementwise_uses_a_2d_grid() {
     // 4100 × 4100 = 16,810,000 > 65,535 × 256 elements: more workgroups than one grid
     // dimension holds. The last rows lie past the first 65,535 workgroups.
-    check(&[Case {
-        name: "large",
-        tol: R,
-        code: r#"
+    check(&[
+        Case {
+            name: "large",
+            tol: R,
+            code: r#"
 let big = randn 60 [4100, 4100]
 let z = big * 2.0 + tanh big
 let () = pt (slice z 0 4095 4100)
@@ -490,7 +647,21 @@ let () = pf (sum z)
 let () = pf (max (z - big))
 let () = pt (slice (sum_axis z 0) 0 4000 4100)
 "#,
-    }]);
+        },
+        // The mask kernel's thread per element needs the 2-D grid too, and the maximum (tied)
+        // lies past the first 65,535 workgroups.
+        Case {
+            name: "max mask",
+            tol: E,
+            code: r#"
+let spiky = reshape big [16810000] + (onehot 16810000 16800001 + onehot 16810000 16805000) * 100.0
+let m = grad max spiky
+let () = pf (sum m)
+let () = println (show (argmax m))
+let () = pt (slice m 0 16799990 16800010)
+"#,
+        },
+    ]);
 }
 
 #[test]

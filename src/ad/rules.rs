@@ -105,16 +105,19 @@ pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FR
             let pw = m.prim2(Prim::Pow, a.clone(), bm1)?;
             let da = m.prim2(Prim::Mul, b, pw)?;
             // ∂(a^b)/∂b = a^b · ln a, taken as 0 where a ≤ 0 (the real power is then only
-            // defined at integer b, where it is constant in b).
+            // defined at integer b, where it is constant in b). ln a stays differentiable in a
+            // only when every base is positive; a plain tensor base has no derivative to keep,
+            // so it skips that test (on the GPU, a read-back).
             let positive = match super::strip(&a) {
-                Value::Tensor(t) => t.array().iter().all(|&v| v > 0.0),
+                Value::Tensor(_) if matches!(a, Value::Tensor(_)) => false,
+                Value::Tensor(t) => t.all_positive()?,
                 other => scalar(&other) > 0.0,
             };
             let db = if positive {
                 let la = super::apply_un(m, Un::Log, a)?;
                 m.prim2(Prim::Mul, y, la)?
             } else if let Value::Tensor(t) = super::strip(&a) {
-                let la = t.map(|v| if v > 0.0 { v.ln() } else { 0.0 });
+                let la = t.log_or_zero()?;
                 m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
             } else {
                 f(0.0)

@@ -166,6 +166,21 @@ impl Tensor {
             Storage::Gpu(g) => gpu::kernels::unary(gpu::kernels::UnOp::Clamp, g, lo, hi).map(Tensor::from_gpu),
         }
     }
+    /// ln x where x > 0, else 0 (in the derivative of `**` with respect to the exponent), on
+    /// the tensor's device.
+    pub fn log_or_zero(&self) -> TResult<Tensor> {
+        match &self.storage {
+            Storage::Cpu(a) => Ok(Tensor::from_array(a.mapv(|v| if v > 0.0 { v.ln() } else { 0.0 }))),
+            Storage::Gpu(g) => gpu::ops::log_or_zero(g).map(Tensor::from_gpu),
+        }
+    }
+    /// Whether every element is positive (NaN is not); a GPU tensor reads back one value.
+    pub fn all_positive(&self) -> TResult<bool> {
+        match &self.storage {
+            Storage::Cpu(a) => Ok(a.iter().all(|&v| v > 0.0)),
+            Storage::Gpu(g) => gpu::ops::all_positive(g),
+        }
+    }
     /// `self += other` for equal shapes: in place when this tensor owns its data alone (adjoint
     /// accumulation), else into a new buffer.
     pub fn add_assign(&mut self, other: &Tensor) -> TResult<()> {

@@ -1,6 +1,7 @@
 //! The GPU kernels, one function per operation: each checks shapes, allocates its output, and
 //! records a dispatch of the family's shader (`shaders/*.wgsl`). Nothing here waits for the
-//! GPU except `reduce_all` (its Float result is read back).
+//! GPU except `reduce_all` (its Float result is read back); `argmax_mask` reduces on the
+//! device and leaves the index there.
 
 use super::{context, Gpu, GpuTensor};
 use crate::tensor::{broadcast_shape, fmt_shape, TResult};
@@ -26,6 +27,8 @@ pub const ENTRY_POINTS: &[((&str, &str), &str)] = &[
     (REDUCE, "reduce_all"),
     (REDUCE, "reduce_groups"),
     (REDUCE, "reduce_groups_thread"),
+    (REDUCE, "argmax_pairs"),
+    (REDUCE, "argmax_mask"),
     (SOFTMAX, "softmax"),
     (LAYOUT, "strided_copy"),
     (CONV, "conv2d"),
@@ -167,6 +170,8 @@ pub enum UnOp {
     Step = 11,
     Sign = 12,
     Clamp = 13,
+    /// ln x where x > 0, else 0.
+    LogPos = 14,
 }
 
 pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
@@ -244,31 +249,70 @@ pub enum Fold {
     SumExp = 2,
 }
 
+/// Workgroups of one folding pass over n values. Each thread first folds a grid-stride run, so
+/// 1,024 workgroups of 256 cover any size in a 1-D grid and leave at most 1,024 partials.
+fn fold_groups(n: usize) -> usize {
+    n.div_ceil(256).min(1024)
+}
+
+/// Folds x down to one partial on the device: `pass(src, n, groups, first)` records one pass
+/// over the n values of `src` into a new output of `groups` partials; passes repeat until one
+/// is left.
+fn fold_passes(
+    x: &GpuTensor,
+    mut pass: impl FnMut(&GpuTensor, usize, usize, bool) -> TResult<GpuTensor>,
+) -> TResult<GpuTensor> {
+    let (mut src, mut n, mut first) = (x.clone(), x.len(), true);
+    loop {
+        let wgs = fold_groups(n);
+        src = pass(&src, n, wgs, first)?;
+        (n, first) = (wgs, false);
+        if n == 1 {
+            return Ok(src);
+        }
+    }
+}
+
 /// Folds every element to one value (read back): a tree per workgroup, then again over the
 /// workgroups' partials until one is left.
 pub fn reduce_all(x: &GpuTensor, fold: Fold, shift: f32) -> TResult<f32> {
     let g = context()?;
-    let mut n = x.len();
-    if n == 0 {
+    if x.is_empty() {
         return Ok(if fold == Fold::Max { f32::NEG_INFINITY } else { 0.0 });
     }
     let p = pipe(g, REDUCE, "reduce_all")?;
-    let mut src = x.clone();
-    let mut op = fold;
-    loop {
-        let wgs = n.div_ceil(256).min(1024);
+    let one = fold_passes(x, |src, n, wgs, first| {
+        // Partials combine by sum (Σ exp is a sum of partial sums) or by max.
+        let op = if first || fold == Fold::Max { fold } else { Fold::Sum };
         let out = new_output(g, vec![wgs])?;
         let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, shift.to_bits()]);
         g.dispatch(&p, &[(0, &prm), (1, src.raw()), (2, out.raw())], wgs as u64)?;
-        src = out;
-        n = wgs;
-        // Partials combine by sum (Σ exp is a sum of partial sums) or by max.
-        op = if fold == Fold::Max { Fold::Max } else { Fold::Sum };
-        if n == 1 {
-            break;
-        }
+        Ok(out)
+    })?;
+    Ok(g.read(one.raw(), 1)?[0])
+}
+
+/// A zero tensor of x's shape with 1 at the first maximum in row-major order, as the CPU's
+/// `argmax` picks it (max's derivative mask). The index never leaves the device: a fold of
+/// (key, index) pairs finds it, then a thread per element writes the mask.
+pub fn argmax_mask(x: &GpuTensor) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, x.shape.clone())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
     }
-    Ok(g.read(src.raw(), 1)?[0])
+    let p = pipe(g, REDUCE, "argmax_pairs")?;
+    let best = fold_passes(x, |src, n, wgs, first| {
+        let pairs = new_output(g, vec![2 * wgs])?;
+        let prm = g.meta(&[u32_of(n, "a tensor's size")?, !first as u32]);
+        g.dispatch(&p, &[(0, &prm), (3, src.raw()), (4, pairs.raw())], wgs as u64)?;
+        Ok(pairs)
+    })?;
+    let p = pipe(g, REDUCE, "argmax_mask")?;
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?]);
+    g.dispatch(&p, &[(0, &prm), (2, out.raw()), (3, best.raw())], groups(n, 256))?;
+    Ok(out)
 }
 
 /// Folds groups of elements: output `shape` (row-major over `kept`), where output element o

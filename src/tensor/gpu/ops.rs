@@ -1,8 +1,8 @@
 //! The operation table (`tensor::ops::TOp`) on GPU operands: each operation's kernel, and the
 //! explicit CPU fallback for those without one (read the operands back, run the CPU
-//! definition, upload the result). Falling back today: `ArgmaxMask` (the derivative mask of
-//! `max`) and any operation added to the table without a GPU kernel; `argmax` and `item`
-//! read back by nature (they return host values).
+//! definition, upload the result). Every operation in the table has a kernel today; the
+//! fallback catches operations added to the table later. `argmax` and `item` read back by
+//! nature (they return host values).
 
 use super::kernels::{self as k, BinOp, Fold, UnOp};
 use super::GpuTensor;
@@ -94,6 +94,20 @@ pub fn unary(op: Un, x: &GpuTensor) -> Result<GpuTensor, String> {
         Un::Abs => UnOp::Abs,
     };
     k::unary(code, x, 0.0, 0.0)
+}
+
+/// ln x where x > 0, else 0: the factor of the derivative of a ** b with respect to b.
+pub fn log_or_zero(x: &GpuTensor) -> Result<GpuTensor, String> {
+    k::unary(UnOp::LogPos, x, 0.0, 0.0)
+}
+
+/// Whether every element is positive (NaN is not), reading back one value rather than x.
+pub fn all_positive(x: &GpuTensor) -> Result<bool, String> {
+    if x.is_empty() {
+        return Ok(true);
+    }
+    let not_positive = k::binary_scalar(BinOp::Sub, &k::unary(UnOp::Step, x, 0.0, 0.0)?, 1.0, true)?;
+    Ok(k::reduce_all(&not_positive, Fold::Max, 0.0)? == 0.0)
 }
 
 fn check_axis(shape: &[usize], axis: usize, what: &str) -> FResult<()> {
@@ -264,7 +278,8 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         TOp::MaxPool2d(kk) => wrap(k::max_pool(t0()?, *kk, None, false)?),
         TOp::MaxPool2dGrad(kk) => wrap(k::max_pool(t0()?, *kk, Some(nth(1)?), false)?),
         TOp::MaxPool2dPick(kk) => wrap(k::max_pool(t0()?, *kk, Some(nth(1)?), true)?),
-        // No GPU kernel (yet): ArgmaxMask and anything new in the table.
+        TOp::ArgmaxMask => wrap(k::argmax_mask(t0()?)?),
+        // No GPU kernel (yet): anything new in the table.
         _ => return fallback(op, args),
     })
 }

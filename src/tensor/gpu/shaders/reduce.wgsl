@@ -10,6 +10,11 @@
 //   prm: [n_out, op, r, nk, nr, bits of scale, kshape[nk], kstride[nk], rshape[nr], rstride[nr]]
 //   op: 0 sum, 1 max; output o (row-major over kshape) folds the r elements at
 //   Σ kcoord·kstride + Σ rcoord·rstride, times scale.
+// `argmax_pairs`: the first index of the largest element, as `reduce_all` folds (grid-stride
+//   runs, a tree per workgroup, repeated by the host), carrying (key, index) pairs of u32s:
+//   the first pass reads the elements' bits (prm[1] = 0), later ones the pairs (prm[1] = 1).
+//   prm: [n, 1 if src holds pairs]
+// `argmax_mask`: out[i] = 1 where i is the index of the final pair, else 0.   prm: [n]
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -19,6 +24,9 @@ const WG: u32 = 256u;
 const GW: u32 = 64u;
 
 var<workgroup> tree: array<f32, 256>;
+
+@group(0) @binding(3) var<storage, read> src: array<u32>;
+@group(0) @binding(4) var<storage, read_write> pairs: array<u32>;
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
@@ -145,4 +153,80 @@ fn reduce_groups_thread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
         acc = combine(op, acc, x[base + group_offset(i)]);
     }
     out[o] = acc * bitcast<f32>(prm[5]);
+}
+
+// The CPU's argmax starts from the first element and moves only to a strictly larger one, so
+// NaN never wins except as the first element, and -0 ties with +0. Keys are integers ordered
+// that way (NaN lowest, a NaN first element highest): integer comparisons keep it exact where
+// float comparisons of NaN may be assumed away by the shader compiler.
+fn order_key(bits: u32, i: u32) -> u32 {
+    let mag = bits & 0x7fffffffu;
+    if (mag > 0x7f800000u) {
+        return select(0u, 0xffffffffu, i == 0u);
+    }
+    if (mag == 0u) {
+        return 0x80000000u;
+    }
+    if (bits != mag) {
+        return ~bits;
+    }
+    return bits | 0x80000000u;
+}
+
+// Ties go to the lower index: the first maximum.
+fn better(k: u32, i: u32, bk: u32, bi: u32) -> bool {
+    return k > bk || (k == bk && i < bi);
+}
+
+var<workgroup> tkey: array<u32, 256>;
+var<workgroup> tidx: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn argmax_pairs(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let n = prm[0];
+    let from_pairs = prm[1] == 1u;
+    let g = wid.x + wid.y * nwg.x;
+    let stride = nwg.x * nwg.y * WG;
+    // Loses to every real pair (indices stay below 2^31).
+    var bk = 0u;
+    var bi = 0xffffffffu;
+    for (var i = g * WG + lid; i < n; i = i + stride) {
+        var k = 0u;
+        var j = i;
+        if (from_pairs) {
+            k = src[2u * i];
+            j = src[2u * i + 1u];
+        } else {
+            k = order_key(src[i], i);
+        }
+        if (better(k, j, bk, bi)) {
+            bk = k;
+            bi = j;
+        }
+    }
+    tkey[lid] = bk;
+    tidx[lid] = bi;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s && better(tkey[lid + s], tidx[lid + s], tkey[lid], tidx[lid])) {
+            tkey[lid] = tkey[lid + s];
+            tidx[lid] = tidx[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        pairs[2u * g] = tkey[0];
+        pairs[2u * g + 1u] = tidx[0];
+    }
+}
+
+@compute @workgroup_size(256)
+fn argmax_mask(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= prm[0]) {
+        return;
+    }
+    out[i] = select(0.0, 1.0, i == src[1]);
 }

@@ -3,13 +3,20 @@
 //
 // prm: [n, op, bits of p0, bits of p1]
 // op: 0 neg, 1 sin, 2 cos, 3 tan, 4 exp, 5 log, 6 sqrt, 7 tanh, 8 sigmoid, 9 relu, 10 abs,
-//     11 step (1 where x > 0), 12 sign (1 where x >= 0, else -1), 13 clamp to [p0, p1]
+//     11 step (1 where x > 0), 12 sign (1 where x >= 0, else -1), 13 clamp to [p0, p1],
+//     14 ln x where x > 0, else 0 (in the derivative of a ** b with respect to b)
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
 const WG: u32 = 256u;
+
+// x > 0 on the bits (not NaN, not ±0, sign clear): NaN must read as not positive, as on the CPU,
+// and shader compilers may assume float comparisons never see NaN.
+fn positive(v: f32) -> bool {
+    return bitcast<u32>(v) - 1u < 0x7f800000u;
+}
 
 fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
     switch op {
@@ -48,10 +55,13 @@ fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
             return abs(v);
         }
         case 11u: {
-            return select(0.0, 1.0, v > 0.0);
+            return select(0.0, 1.0, positive(v));
         }
         case 12u: {
             return select(-1.0, 1.0, v >= 0.0);
+        }
+        case 14u: {
+            return select(0.0, log(v), positive(v));
         }
         default: {
             return min(max(v, p0), p1);
