@@ -163,6 +163,40 @@ fn golden_programs() {
     assert!(failures.is_empty(), "{} golden program(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
 }
 
+/// An example's output against its `.expected` file, line by line, where `<number>` in an
+/// expected line stands for any one number. Examples whose training is chaotic (char_rnn: a
+/// last-bit change in a float32 kernel reaches the second digit within 50 steps) mark the
+/// numbers that depend on rounding this way and keep the rest exact.
+fn output_matches(expected: &str, got: &str) -> bool {
+    let (e, g): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
+    e.len() == g.len() && e.iter().zip(&g).all(|(e, g)| line_matches(e, g))
+}
+
+fn line_matches(expected: &str, got: &str) -> bool {
+    let mut parts = expected.split("<number>");
+    let Some(first) = parts.next() else { return expected == got };
+    let Some(mut rest) = got.strip_prefix(first) else { return false };
+    for part in parts {
+        let end = rest.find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c))).unwrap_or(rest.len());
+        if end == 0 || rest[..end].parse::<f64>().is_err() {
+            return false;
+        }
+        let Some(r) = rest[end..].strip_prefix(part) else { return false };
+        rest = r;
+    }
+    rest.is_empty()
+}
+
+#[test]
+fn expected_output_placeholders() {
+    assert!(line_matches("step 50  loss <number>", "step 50  loss 36.406"));
+    assert!(line_matches("a <number> b <number>", "a -1e-3 b 2"));
+    assert!(!line_matches("step 50  loss <number>", "step 50  loss x"));
+    assert!(!line_matches("step 50  loss <number>", "step 51  loss 3"));
+    assert!(!line_matches("loss <number>", "loss 3 extra"));
+    assert!(line_matches("exact", "exact") && !line_matches("exact", "exact!"));
+}
+
 fn check_example(path: &Path) -> Result<(), String> {
     let stem = path.file_stem().unwrap().to_string_lossy().to_string();
     let expected_path =
@@ -173,7 +207,7 @@ fn check_example(path: &Path) -> Result<(), String> {
     if !output.status.success() {
         return Err(format!("{} failed:\n{}", path.display(), String::from_utf8_lossy(&output.stderr)));
     }
-    if stdout.trim_end() != expected.trim_end() {
+    if !output_matches(expected.trim_end(), stdout.trim_end()) {
         return Err(format!(
             "{}: stdout differs:\n--- expected\n{}\n--- got\n{}",
             path.display(),

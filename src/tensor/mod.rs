@@ -5,6 +5,7 @@
 
 pub mod builtins;
 pub mod elementwise;
+pub mod gemm;
 pub mod gpu;
 pub mod npy;
 pub mod ops;
@@ -247,7 +248,6 @@ pub fn sum_to(g: &Tensor, shape: &[usize]) -> TResult<Tensor> {
 
 /// Matrix product for 2-D × 2-D and 2-D × 1-D (and 1-D × 2-D, 1-D × 1-D).
 pub fn matmul(a: &Tensor, b: &Tensor) -> TResult<Tensor> {
-    use ndarray::{Ix1, Ix2};
     let (x, y) = (a.array(), b.array());
     let (xs, ys) = (x.shape(), y.shape());
     if !(1..=2).contains(&xs.len()) || !(1..=2).contains(&ys.len()) {
@@ -261,19 +261,70 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> TResult<Tensor> {
             fmt_shape(ys)
         ));
     }
-    fn m2(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView2<'_, f32>> {
-        t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())
+    let shape: Vec<usize> = xs[..xs.len() - 1].iter().chain(&ys[1..]).copied().collect();
+    let mut out = ArrayD::zeros(IxDyn(&shape));
+    product_into(&mut out, x, false, y, false, 0.0)?;
+    Ok(Tensor::from_array(out))
+}
+
+/// out = x' @ y' + beta · out, where x' is x or (with `tx`) its transpose, likewise y' — the
+/// transposes are strided views, never copies. Vectors act as a column on the right and a row
+/// on the left; a vector-by-vector product with a matrix `out` is their outer product.
+pub fn product_into(
+    out: &mut ArrayD<f32>,
+    x: &ArrayD<f32>,
+    tx: bool,
+    y: &ArrayD<f32>,
+    ty: bool,
+    beta: f32,
+) -> TResult<()> {
+    use ndarray::{Ix1, Ix2};
+    fn m2(t: &ArrayD<f32>, transposed: bool) -> TResult<ndarray::ArrayView2<'_, f32>> {
+        let v = t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
+        Ok(if transposed { v.reversed_axes() } else { v })
     }
     fn v1(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView1<'_, f32>> {
         t.view().into_dimensionality::<Ix1>().map_err(|e| e.to_string())
     }
-    let out = match (xs.len(), ys.len()) {
-        (2, 2) => m2(x)?.dot(&m2(y)?).into_dyn(),
-        (2, 1) => m2(x)?.dot(&v1(y)?).into_dyn(),
-        (1, 2) => v1(x)?.dot(&m2(y)?).into_dyn(),
-        _ => ArrayD::from_elem(IxDyn(&[]), v1(x)?.dot(&v1(y)?)),
+    let out_shape = out.shape().to_vec();
+    let bad = || {
+        format!(
+            "internal: product of shapes {} and {} into {}",
+            fmt_shape(x.shape()),
+            fmt_shape(y.shape()),
+            fmt_shape(&out_shape)
+        )
     };
-    Ok(Tensor::from_array(out))
+    match (x.ndim(), y.ndim(), out.ndim()) {
+        (2, 2, 2) | (1, 1, 2) => {
+            let (a, b) = if x.ndim() == 2 {
+                (m2(x, tx)?, m2(y, ty)?)
+            } else {
+                (v1(x)?.insert_axis(ndarray::Axis(1)), v1(y)?.insert_axis(ndarray::Axis(0)))
+            };
+            let c = out.view_mut().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
+            if a.ncols() != b.nrows() || c.dim() != (a.nrows(), b.ncols()) {
+                return Err(bad());
+            }
+            gemm::gemm(1.0, a, b, beta, c);
+        }
+        (2, 1, 1) | (1, 2, 1) => {
+            // A row vector on the left is the transposed matrix on the right.
+            let (a, v) = if x.ndim() == 2 { (m2(x, tx)?, v1(y)?) } else { (m2(y, !ty)?, v1(x)?) };
+            let c = out.view_mut().into_dimensionality::<Ix1>().map_err(|e| e.to_string())?;
+            if a.ncols() != v.len() || c.len() != a.nrows() {
+                return Err(bad());
+            }
+            gemm::gemv(1.0, a, v, beta, c);
+        }
+        (1, 1, 0) => {
+            let d = v1(x)?.dot(&v1(y)?);
+            let o = out.first_mut().ok_or_else(bad)?;
+            *o = d + beta * *o;
+        }
+        _ => return Err(bad()),
+    }
+    Ok(())
 }
 
 /// Reverses the axes (the usual transpose for matrices).

@@ -263,9 +263,9 @@ impl Checker {
             Ty::Con(n, a) => Ty::Con(n, a.iter().map(|x| self.copy_ty(x, map)).collect()),
             Ty::Fun(a, b) => Ty::fun(self.copy_ty(&a, map), self.copy_ty(&b, map)),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|x| self.copy_ty(x, map)).collect()),
-            Ty::Record(r) => Ty::Record(Box::new(self.copy_ty(&r, map))),
+            Ty::Record(r) => Ty::Record(Rc::new(self.copy_ty(&r, map))),
             Ty::RowEmpty => Ty::RowEmpty,
-            Ty::RowExt(l, a, r) => Ty::RowExt(l, Box::new(self.copy_ty(&a, map)), Box::new(self.copy_ty(&r, map))),
+            Ty::RowExt(l, a, r) => Ty::RowExt(l, Rc::new(self.copy_ty(&a, map)), Rc::new(self.copy_ty(&r, map))),
         }
     }
     fn generalize(&self, t: &Ty) -> Scheme {
@@ -383,7 +383,7 @@ impl Checker {
                         let map = params.into_iter().zip(args).collect();
                         self.copy_ty(&body, &map)
                     }
-                    _ => Ty::Con(n.as_str().into(), args),
+                    _ => Ty::Con(n.as_str().into(), args.into()),
                 }
             }
             TypeExprKind::Fun(a, b) => Ty::fun(self.convert_type(a)?, self.convert_type(b)?),
@@ -397,9 +397,9 @@ impl Checker {
                             .label(f.span, "duplicate field"));
                     }
                     seen.push(&f.name);
-                    row = Ty::RowExt(f.name.as_str().into(), Box::new(self.convert_type(&f.value)?), Box::new(row));
+                    row = Ty::RowExt(f.name.as_str().into(), Rc::new(self.convert_type(&f.value)?), Rc::new(row));
                 }
-                Ty::Record(Box::new(row))
+                Ty::Record(Rc::new(row))
             }
         })
     }
@@ -436,7 +436,7 @@ impl Checker {
                 );
             }
             TypeBody::Variants(vs) => {
-                let result = Ty::Con(d.name.as_str().into(), params.clone());
+                let result = Ty::Con(d.name.as_str().into(), params.clone().into());
                 let siblings: Rc<[Rc<str>]> = vs.iter().map(|v| Rc::from(v.name.as_str())).collect();
                 let mut infos = Vec::new();
                 for (tag, v) in vs.iter().enumerate() {
@@ -826,7 +826,7 @@ impl Checker {
                     }
                     UnOp::Deref => {
                         let inner = self.fresh();
-                        self.unify_at(&Ty::Con("Ref".into(), vec![inner.clone()]), &ta, a.span, None)
+                        self.unify_at(&Ty::Con("Ref".into(), Rc::from([inner.clone()])), &ta, a.span, None)
                             .map_err(|d| d.help("`!r` reads a reference cell made with `ref`"))?;
                         (Core::Prim(Prim::Deref, vec![ca], ta, sp), inner)
                     }
@@ -840,7 +840,7 @@ impl Checker {
                     cs.push(c);
                     ts.push(t);
                 }
-                (Core::Tuple(cs), Ty::Tuple(ts))
+                (Core::Tuple(cs), Ty::Tuple(ts.into()))
             }
             ExprKind::List(es) => {
                 let elem = self.fresh();
@@ -873,10 +873,10 @@ impl Checker {
                     tys.push(t);
                 }
                 for (f, t) in sorted.iter().zip(tys).rev() {
-                    row = Ty::RowExt(f.name.as_str().into(), Box::new(t), Box::new(row));
+                    row = Ty::RowExt(f.name.as_str().into(), Rc::new(t), Rc::new(row));
                 }
                 let names: Rc<[Rc<str>]> = sorted.iter().map(|f| Rc::from(f.name.as_str())).collect();
-                (Core::Record(names, cs), Ty::Record(Box::new(row)))
+                (Core::Record(names, cs), Ty::Record(Rc::new(row)))
             }
             ExprKind::Update(base, fields) => {
                 let (cb, tb) = self.infer(base)?;
@@ -885,7 +885,7 @@ impl Checker {
                     let (c, t) = self.infer(&f.value)?;
                     let rest = self.fresh();
                     let want =
-                        Ty::Record(Box::new(Ty::RowExt(f.name.as_str().into(), Box::new(t.clone()), Box::new(rest))));
+                        Ty::Record(Rc::new(Ty::RowExt(f.name.as_str().into(), Rc::new(t.clone()), Rc::new(rest))));
                     self.unify_at(&want, &tb, base.span, None)
                         .map_err(|d| d.label(f.span, format!("updating field `{}`", f.name)))?;
                     cs.push((Rc::from(f.name.as_str()), c));
@@ -916,8 +916,7 @@ impl Checker {
                 let (cb, tb) = self.infer(base)?;
                 let ft = self.fresh();
                 let rest = self.fresh();
-                let want =
-                    Ty::Record(Box::new(Ty::RowExt(field.as_str().into(), Box::new(ft.clone()), Box::new(rest))));
+                let want = Ty::Record(Rc::new(Ty::RowExt(field.as_str().into(), Rc::new(ft.clone()), Rc::new(rest))));
                 self.unify_at(&want, &tb, base.span, None)
                     .map_err(|d| d.label(*fspan, format!("field `{field}` is read here")))?;
                 (Core::Field(Box::new(cb), field.as_str().into(), *fspan), ft)
@@ -1020,7 +1019,7 @@ impl Checker {
             let Ty::Fun(p, r) = self.subst.prune(&ft) else { unreachable!("constructor type has arity arrows") };
             self.unify_at(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))))?;
             cargs.push(ca);
-            ft = *r;
+            ft = (*r).clone();
         }
         let core = if n == info.arity as usize {
             Core::Con { tag: info.tag, name: info.name.clone(), arity: info.arity, args: cargs }
@@ -1234,7 +1233,7 @@ impl Checker {
             }
             BinOp::Assign => {
                 self.unify_at(
-                    &Ty::Con("Ref".into(), vec![tb.clone()]),
+                    &Ty::Con("Ref".into(), Rc::from([tb.clone()])),
                     &ta,
                     a.span,
                     Some((b.span, "the assigned value makes it")),
@@ -1431,7 +1430,7 @@ impl Checker {
             }
             PatKind::Tuple(ps) => {
                 let ts: Vec<Ty> = ps.iter().map(|_| self.fresh()).collect();
-                self.unify_at(t, &Ty::Tuple(ts.clone()), p.span, None)?;
+                self.unify_at(t, &Ty::Tuple(ts.clone().into()), p.span, None)?;
                 Pattern::Tuple(ps.iter().zip(&ts).map(|(q, qt)| self.infer_pat(q, qt, binds)).collect::<R<_>>()?)
             }
             PatKind::List(ps) => {
@@ -1475,7 +1474,7 @@ impl Checker {
                 for q in args {
                     let Ty::Fun(a, r) = self.subst.prune(&ft) else { unreachable!() };
                     pargs.push(self.infer_pat(q, &a, binds)?);
-                    ft = *r;
+                    ft = (*r).clone();
                 }
                 self.unify_at(t, &ft, p.span, None)?;
                 Pattern::Con { tag: info.tag, args: pargs }
@@ -1485,10 +1484,10 @@ impl Checker {
                 let mut subs = Vec::new();
                 for f in fields.iter().rev() {
                     let ft = self.fresh();
-                    row = Ty::RowExt(f.name.as_str().into(), Box::new(ft.clone()), Box::new(row));
+                    row = Ty::RowExt(f.name.as_str().into(), Rc::new(ft.clone()), Rc::new(row));
                     subs.push((f, ft));
                 }
-                self.unify_at(t, &Ty::Record(Box::new(row)), p.span, None)?;
+                self.unify_at(t, &Ty::Record(Rc::new(row)), p.span, None)?;
                 let mut out = Vec::new();
                 for (f, ft) in subs.into_iter().rev() {
                     let q = match &f.value {

@@ -31,20 +31,22 @@ pub mod class {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// Children are shared (`Rc`), so cloning a type — which unification and `prune` do
+/// constantly — is O(1) rather than a copy of the whole tree.
 pub enum Ty {
     Var(u32),
-    Con(Rc<str>, Vec<Ty>),
-    Fun(Box<Ty>, Box<Ty>),
-    Tuple(Vec<Ty>),
+    Con(Rc<str>, Rc<[Ty]>),
+    Fun(Rc<Ty>, Rc<Ty>),
+    Tuple(Rc<[Ty]>),
     /// A record: its argument is a row.
-    Record(Box<Ty>),
+    Record(Rc<Ty>),
     RowEmpty,
-    RowExt(Rc<str>, Box<Ty>, Box<Ty>),
+    RowExt(Rc<str>, Rc<Ty>, Rc<Ty>),
 }
 
 impl Ty {
     pub fn con(name: &str) -> Ty {
-        Ty::Con(name.into(), Vec::new())
+        Ty::Con(name.into(), Rc::from([]))
     }
     pub fn int() -> Ty {
         Ty::con("Int")
@@ -65,10 +67,10 @@ impl Ty {
         Ty::con("Tensor")
     }
     pub fn list(t: Ty) -> Ty {
-        Ty::Con("List".into(), vec![t])
+        Ty::Con("List".into(), Rc::from([t]))
     }
     pub fn fun(a: Ty, b: Ty) -> Ty {
-        Ty::Fun(Box::new(a), Box::new(b))
+        Ty::Fun(Rc::new(a), Rc::new(b))
     }
     pub fn is_con(&self, name: &str) -> bool {
         matches!(self, Ty::Con(n, args) if &**n == name && args.is_empty())
@@ -130,9 +132,9 @@ impl Subst {
             Ty::Con(n, args) => Ty::Con(n, args.iter().map(|a| self.resolve(a)).collect()),
             Ty::Fun(a, b) => Ty::fun(self.resolve(&a), self.resolve(&b)),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| self.resolve(a)).collect()),
-            Ty::Record(r) => Ty::Record(Box::new(self.resolve(&r))),
+            Ty::Record(r) => Ty::Record(Rc::new(self.resolve(&r))),
             Ty::RowEmpty => Ty::RowEmpty,
-            Ty::RowExt(l, t, r) => Ty::RowExt(l, Box::new(self.resolve(&t)), Box::new(self.resolve(&r))),
+            Ty::RowExt(l, t, r) => Ty::RowExt(l, Rc::new(self.resolve(&t)), Rc::new(self.resolve(&r))),
         }
     }
 
@@ -211,7 +213,7 @@ impl Subst {
                     }
                 }
                 Ty::Tuple(ts) if c == class::DIFF => {
-                    for a in ts.clone() {
+                    for a in ts.iter().cloned() {
                         self.require_class(c, &a)?;
                     }
                 }
@@ -237,14 +239,14 @@ impl Subst {
             (Ty::Var(v), _) => self.bind(*v, b.clone()),
             (_, Ty::Var(v)) => self.bind(*v, a.clone()),
             (Ty::Con(n1, a1), Ty::Con(n2, a2)) if n1 == n2 && a1.len() == a2.len() => {
-                a1.iter().zip(a2).try_for_each(|(x, y)| self.unify(x, y))
+                a1.iter().zip(a2.iter()).try_for_each(|(x, y)| self.unify(x, y))
             }
             (Ty::Fun(a1, r1), Ty::Fun(a2, r2)) => {
                 self.unify(a1, a2)?;
                 self.unify(r1, r2)
             }
             (Ty::Tuple(t1), Ty::Tuple(t2)) if t1.len() == t2.len() => {
-                t1.iter().zip(t2).try_for_each(|(x, y)| self.unify(x, y))
+                t1.iter().zip(t2.iter()).try_for_each(|(x, y)| self.unify(x, y))
             }
             (Ty::Record(r1), Ty::Record(r2)) => self.unify(r1, r2).map_err(|e| match e {
                 UnifyError::Mismatch(x, y) if is_row(&x) || is_row(&y) => UnifyError::Mismatch(a.clone(), b.clone()),
@@ -271,10 +273,10 @@ impl Subst {
     fn rewrite_row(&mut self, row: &Ty, label: &Rc<str>) -> Result<(Ty, Ty), UnifyError> {
         match self.prune(row) {
             Ty::RowEmpty => Err(UnifyError::MissingField(label.clone())),
-            Ty::RowExt(l, t, rest) if &l == label => Ok((*t, *rest)),
+            Ty::RowExt(l, t, rest) if &l == label => Ok(((*t).clone(), (*rest).clone())),
             Ty::RowExt(l, t, rest) => {
                 let (ft, rest2) = self.rewrite_row(&rest, label)?;
-                Ok((ft, Ty::RowExt(l, t, Box::new(rest2))))
+                Ok((ft, Ty::RowExt(l, t, Rc::new(rest2))))
             }
             Ty::Var(v) => {
                 let level = self.vars[v as usize].level;
@@ -282,13 +284,12 @@ impl Subst {
                 let ft = self.fresh_with(level, class & class::DIFF);
                 let rest = self.fresh_with(level, class & class::DIFF);
                 self.vars[v as usize].link =
-                    Some(Ty::RowExt(label.clone(), Box::new(ft.clone()), Box::new(rest.clone())));
+                    Some(Ty::RowExt(label.clone(), Rc::new(ft.clone()), Rc::new(rest.clone())));
                 Ok((ft, rest))
             }
-            other => Err(UnifyError::Mismatch(
-                other,
-                Ty::RowExt(label.clone(), Box::new(Ty::unit()), Box::new(Ty::RowEmpty)),
-            )),
+            other => {
+                Err(UnifyError::Mismatch(other, Ty::RowExt(label.clone(), Rc::new(Ty::unit()), Rc::new(Ty::RowEmpty))))
+            }
         }
     }
 
@@ -375,7 +376,7 @@ impl Printer {
                     out.push('(');
                 }
                 out.push_str(n);
-                for a in args {
+                for a in args.iter() {
                     out.push(' ');
                     self.go(s, a, out, 2);
                 }

@@ -1,0 +1,1706 @@
+//! Single-precision matrix products for the CPU backend: `gemm` (C = αAB + βC) and `gemv`.
+//!
+//! Large products follow the Goto/BLIS scheme: A is packed into MR-row panels and B into
+//! NR-column panels (zero-padded, so the micro-kernel never sees an edge), the k, m and n loops
+//! are blocked so a B micro-panel stays in L1 and an A block in L2, and a register-blocked FMA
+//! micro-kernel computes one MR × NR tile of C at a time. Packing is what makes any operand
+//! layout fast: a transposed view only changes how a panel is copied, never the kernel.
+//!
+//! The kernel is chosen once at run time (AVX-512F, else AVX2 + FMA, else portable code that
+//! the compiler vectorises for whatever the target has). Big products are split over a small
+//! persistent thread pool (`DP_NUM_THREADS`, default: all cores); each thread owns a disjoint
+//! range of C's rows or columns, so no two threads write the same element.
+//!
+//! Matrix-vector products, rank-1 updates (k = 1) and products with a single row or column
+//! never pack and never touch the pool: their cost is a few passes over memory, so the fixed
+//! overhead is what matters.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use ndarray::{ArrayView1, ArrayView2, ArrayViewMut1, ArrayViewMut2, Axis};
+
+/// c = alpha * a @ b + beta * c, for any strides of a and b (including transposed views,
+/// i.e. column-major, and negative or zero strides — fall back to a simple correct loop for
+/// exotic ones), c any strides too (fast path when c is row-major contiguous).
+pub fn gemm(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32, c: ArrayViewMut2<f32>) {
+    gemm_with(Isa::detect(), max_threads(), alpha, a, b, beta, c);
+}
+
+/// y = alpha * a @ x + beta * y  (a: m x k any strides, x: k, y: m)
+pub fn gemv(alpha: f32, a: ArrayView2<f32>, x: ArrayView1<f32>, beta: f32, y: ArrayViewMut1<f32>) {
+    gemv_with(Isa::detect(), alpha, a, x, beta, y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+/// From this many flops (2mnk) on, a product is split over the threads that are awake (still
+/// polling after an earlier product, which costs the caller well under a microsecond)...
+const PAR_MIN_FLOPS_AWAKE: f64 = 5.0e5;
+/// ...and from this many on, sleeping ones are woken too: the futex wake-up costs the caller
+/// about 10 µs on a VM, worth it only when the product is several times longer.
+const PAR_MIN_FLOPS_ASLEEP: f64 = 2.0e7;
+
+/// Up to this m·n·k, with B and C row-major, a product skips packing: B (then at most a few
+/// tens of KB) is read straight from cache.
+const SMALL_MAX_MNK: f64 = 128.0 * 128.0 * 128.0;
+
+/// The instruction sets with a kernel of their own, ordered by preference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Isa {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+impl Isa {
+    fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                    return Isa::Avx512;
+                }
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    return Isa::Avx2;
+                }
+            }
+            Isa::Portable
+        })
+    }
+
+    /// Never more than the CPU has: this is what makes it sound to call the kernels of the
+    /// returned set, whatever a caller (a test) asked for.
+    fn clamp(self) -> Isa {
+        self.min(Isa::detect())
+    }
+}
+
+fn max_threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        let env = std::env::var("DP_NUM_THREADS").ok().and_then(|s| s.trim().parse::<usize>().ok());
+        let n = env.filter(|&n| n > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        n.min(64)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw matrix handles
+// ---------------------------------------------------------------------------------------------
+
+/// A read-only strided matrix: element (i, j) lives at `ptr + i*rs + j*cs`. Built only from a
+/// live `ArrayView2`, and indexed only inside its shape.
+#[derive(Clone, Copy)]
+struct Mat {
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+}
+
+/// The output matrix; threads write disjoint tiles of it.
+#[derive(Clone, Copy)]
+struct MatMut {
+    ptr: *mut f32,
+    rs: isize,
+    cs: isize,
+}
+
+// SAFETY: `Mat` is only read through, and the views it came from outlive every thread that
+// uses it (the pool joins before `gemm` returns). `MatMut` is shared, but every thread is
+// handed a disjoint range of rows or columns, so no element is written twice or read while
+// another thread writes it.
+unsafe impl Send for Mat {}
+unsafe impl Sync for Mat {}
+unsafe impl Send for MatMut {}
+unsafe impl Sync for MatMut {}
+
+impl Mat {
+    fn of(v: &ArrayView2<f32>) -> Mat {
+        Mat { ptr: v.as_ptr(), rs: v.strides()[0], cs: v.strides()[1] }
+    }
+    /// # Safety
+    /// (i, j) must lie inside the view this was made from.
+    #[inline(always)]
+    unsafe fn at(self, i: usize, j: usize) -> f32 {
+        *self.ptr.offset(i as isize * self.rs + j as isize * self.cs)
+    }
+    #[inline(always)]
+    fn addr(self, i: usize, j: usize) -> *const f32 {
+        self.ptr.wrapping_offset(i as isize * self.rs + j as isize * self.cs)
+    }
+}
+
+impl MatMut {
+    #[inline(always)]
+    fn addr(self, i: usize, j: usize) -> *mut f32 {
+        self.ptr.wrapping_offset(i as isize * self.rs + j as isize * self.cs)
+    }
+}
+
+/// A stride that lets consecutive elements be loaded as a vector (a length-1 axis has any).
+fn unit(len: usize, stride: isize) -> bool {
+    len <= 1 || stride == 1
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reusable scratch
+// ---------------------------------------------------------------------------------------------
+
+thread_local! {
+    /// Packing buffers, kept per thread so steady-state products never allocate.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` floats of 64-byte aligned (when the allocator allows) scratch memory.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    // A cache line of slack so the usable part can start on a line boundary.
+    const SLACK: usize = 16;
+    fn aligned(v: &mut [f32], len: usize) -> &mut [f32] {
+        let off = v.as_ptr().align_offset(64);
+        let off = if off < SLACK { off } else { 0 };
+        &mut v[off..off + len]
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len + SLACK {
+                v.resize(len + SLACK, 0.0);
+            }
+            f(aligned(&mut v, len))
+        }
+        // Only reachable if `f` itself re-entered; a private buffer keeps that correct.
+        Err(_) => f(aligned(&mut vec![0.0; len + SLACK], len)),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM driver
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+struct Problem {
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    beta: f32,
+    a: Mat,
+    b: Mat,
+    c: MatMut,
+}
+
+fn gemm_with(
+    isa: Isa,
+    threads: usize,
+    alpha: f32,
+    a: ArrayView2<f32>,
+    b: ArrayView2<f32>,
+    beta: f32,
+    mut c: ArrayViewMut2<f32>,
+) {
+    let isa = isa.clamp();
+    let (m, k) = a.dim();
+    let n = b.dim().1;
+    // A real assert: the kernels index through raw pointers, so a mismatch must not get past.
+    assert!(b.dim().0 == k && c.dim() == (m, n), "gemm: shapes {:?} @ {:?} -> {:?}", a.dim(), b.dim(), c.dim());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 || alpha == 0.0 {
+        scale(beta, c.view_mut().into_dyn());
+        return;
+    }
+    let (crs, ccs) = (c.strides()[0], c.strides()[1]);
+    // The kernels store rows of C with vector stores; a column-major C is the row-major
+    // transpose of Cᵀ = BᵀAᵀ, so solve that instead of scattering every element.
+    if !unit(n, ccs) && unit(m, crs) {
+        return gemm_with(isa, threads, alpha, b.reversed_axes(), a.reversed_axes(), beta, c.reversed_axes());
+    }
+    if n == 1 {
+        return gemv_with(isa, alpha, a, b.index_axis(Axis(1), 0), beta, c.index_axis_mut(Axis(1), 0));
+    }
+    if m == 1 {
+        return gemv_with(isa, alpha, b.reversed_axes(), a.index_axis(Axis(0), 0), beta, c.index_axis_mut(Axis(0), 0));
+    }
+    if k == 1 {
+        return rank1(isa, alpha, a.index_axis(Axis(1), 0), b.index_axis(Axis(0), 0), beta, c);
+    }
+    let p = Problem {
+        m,
+        n,
+        k,
+        alpha,
+        beta,
+        a: Mat::of(&a),
+        b: Mat::of(&b),
+        c: MatMut { ptr: c.as_mut_ptr(), rs: crs, cs: ccs },
+    };
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512
+        && unit(n, p.b.cs)
+        && unit(n, p.c.cs)
+        && ((m * n * k) as f64) <= std::env::var("SMALL").ok().and_then(|s| s.parse().ok()).unwrap_or(SMALL_MAX_MNK)
+    {
+        // Rows of C are independent and nothing is packed, so threads split the rows.
+        return split(p, threads, false, 1, 4, |p, rows, _| {
+            let q = Problem {
+                m: rows.len(),
+                a: Mat { ptr: p.a.addr(rows.start, 0), ..p.a },
+                c: MatMut { ptr: p.c.addr(rows.start, 0), ..p.c },
+                ..*p
+            };
+            // SAFETY: AVX-512F is present (`isa` is clamped); `q` is a block of rows of the
+            // views, B and C with unit column stride.
+            unsafe { x86::small_avx512(q) }
+        });
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => run_packed::<x86::Avx512>(p, threads),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => run_packed::<x86::Avx2>(p, threads),
+        _ => run_packed::<Portable>(p, threads),
+    }
+}
+
+fn scale(beta: f32, mut c: ndarray::ArrayViewMutD<f32>) {
+    if beta == 0.0 {
+        c.fill(0.0); // not `*= 0`: the old contents may be NaN
+    } else if beta != 1.0 {
+        c.map_inplace(|v| *v *= beta);
+    }
+}
+
+/// A register-blocked micro-kernel and the cache blocking that suits it.
+trait Kernel {
+    /// Rows of a tile (broadcast from packed A).
+    const MR: usize;
+    /// Columns of a tile (vector loads from packed B).
+    const NR: usize;
+    const KC: usize;
+    const MC: usize;
+    const NC: usize;
+    /// Whether the AVX-512 transposing panel copy may be used (the kernel implies the CPU has it).
+    const AVX512_PACK: bool = false;
+    /// c[i][j] = alpha * Σ_p a[p*MR + i] * b[p*NR + j] + beta * c[i][j] for i < mr, j < nr, where
+    /// c[i][j] is at `c + i*rs + j*cs`; beta == 0 never reads c.
+    ///
+    /// # Safety
+    /// The CPU has the kernel's instruction set; `a` and `b` hold kc*MR and kc*NR floats; the
+    /// mr × nr tile of c is valid for reads and writes and not accessed by anyone else.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        alpha: f32,
+        beta: f32,
+        c: *mut f32,
+        rs: isize,
+        cs: isize,
+        mr: usize,
+        nr: usize,
+    );
+}
+
+fn run_packed<K: Kernel>(p: Problem, threads: usize) {
+    // Tiles are MR × NR with MR != NR, so a thin C (n = 10, say) wastes most of each tile;
+    // computing Cᵀ = BᵀAᵀ instead may pad far less (C is then stored through `store_tile`).
+    let padded = |m: usize, n: usize| m.next_multiple_of(K::MR) * n.next_multiple_of(K::NR);
+    if 4 * padded(p.n, p.m) < 3 * padded(p.m, p.n) {
+        let t = Problem {
+            m: p.n,
+            n: p.m,
+            a: Mat { ptr: p.b.ptr, rs: p.b.cs, cs: p.b.rs },
+            b: Mat { ptr: p.a.ptr, rs: p.a.cs, cs: p.a.rs },
+            c: MatMut { ptr: p.c.ptr, rs: p.c.cs, cs: p.c.rs },
+            ..p
+        };
+        return run_packed_as_is::<K>(t, threads);
+    }
+    run_packed_as_is::<K>(p, threads)
+}
+
+/// Splits the work into chunks for the pool: by columns of C or by rows, whichever leaves the
+/// cheaper operand to be packed again for every chunk.
+fn run_packed_as_is<K: Kernel>(p: Problem, threads: usize) {
+    // Splitting n makes every chunk pack all of A, splitting m all of B. Without the AVX-512
+    // transposing copy, a panel that is not contiguous along the panel packs several times
+    // slower than one that is.
+    let slow = if K::AVX512_PACK { 1 } else { 3 };
+    let cost_a = if unit(p.m, p.a.rs) { 1 } else { slow } * p.m;
+    let cost_b = if unit(p.n, p.b.cs) { 1 } else { slow } * p.n;
+    let split_n = match std::env::var("SPLIT").as_deref() {
+        Ok("n") => true,
+        Ok("m") => false,
+        _ => cost_a <= cost_b,
+    };
+    split(p, threads, split_n, K::NR, K::MR, packed_block::<K>);
+}
+
+/// Runs `body` over C on up to `threads` threads, each chunk a range of whole `step_n`-column
+/// (if `split_n`) or `step_m`-row blocks; falls back to the other dimension when the chosen one
+/// has too few blocks. How many threads depends on the size of the product (see
+/// `PAR_MIN_FLOPS_AWAKE`).
+fn split(
+    p: Problem,
+    threads: usize,
+    split_n: bool,
+    step_n: usize,
+    step_m: usize,
+    body: fn(&Problem, Range<usize>, Range<usize>),
+) {
+    let flops = 2.0 * p.m as f64 * p.n as f64 * p.k as f64;
+    let asleep: f64 = std::env::var("PARMIN").ok().and_then(|s| s.parse().ok()).unwrap_or(PAR_MIN_FLOPS_ASLEEP);
+    let awake: f64 = std::env::var("PARMINW").ok().and_then(|s| s.parse().ok()).unwrap_or(PAR_MIN_FLOPS_AWAKE);
+    let wake = flops >= asleep;
+    let want = if threads <= 1 || flops < awake {
+        1
+    } else if wake {
+        threads
+    } else {
+        1 + pool::awake(threads - 1)
+    };
+    let (n_blocks, m_blocks) = (p.n.div_ceil(step_n), p.m.div_ceil(step_m));
+    let split_n = if n_blocks < want {
+        false
+    } else if m_blocks < want {
+        true
+    } else {
+        split_n
+    };
+    let (blocks, step, len) = if split_n { (n_blocks, step_n, p.n) } else { (m_blocks, step_m, p.m) };
+    let chunks = want.min(blocks);
+    if chunks <= 1 {
+        return body(&p, 0..p.m, 0..p.n);
+    }
+    let range = move |t: usize| (t * blocks / chunks * step).min(len)..((t + 1) * blocks / chunks * step).min(len);
+    pool::run(
+        chunks,
+        want - 1,
+        wake,
+        Box::new(move |t| if split_n { body(&p, 0..p.m, range(t)) } else { body(&p, range(t), 0..p.n) }),
+    );
+}
+
+/// C[rows, cols] = alpha * A[rows, :] @ B[:, cols] + beta * C[rows, cols] on one thread.
+fn packed_block<K: Kernel>(p: &Problem, rows: Range<usize>, cols: Range<usize>) {
+    if rows.is_empty() || cols.is_empty() {
+        return;
+    }
+    let kcap = p.k.min(K::KC);
+    let mcap = rows.len().min(K::MC).next_multiple_of(K::MR);
+    let ncap = cols.len().min(K::NC).next_multiple_of(K::NR);
+    with_scratch(kcap * (mcap + ncap), |buf| {
+        let (apack, bpack) = buf.split_at_mut(kcap * mcap);
+        for jc in cols.clone().step_by(K::NC) {
+            let nc = K::NC.min(cols.end - jc);
+            for pc in (0..p.k).step_by(K::KC) {
+                let kc = K::KC.min(p.k - pc);
+                pack_b::<K>(bpack, p.b, pc, kc, jc, nc);
+                // Later k blocks accumulate onto what the first one stored.
+                let beta = if pc == 0 { p.beta } else { 1.0 };
+                for ic in rows.clone().step_by(K::MC) {
+                    let mc = K::MC.min(rows.end - ic);
+                    pack_a::<K>(apack, p.a, ic, mc, pc, kc);
+                    for jr in (0..nc).step_by(K::NR) {
+                        let bp = &bpack[jr * kc..][..K::NR * kc];
+                        for ir in (0..mc).step_by(K::MR) {
+                            let ap = &apack[ir * kc..][..K::MR * kc];
+                            let c = p.c.addr(ic + ir, jc + jr);
+                            let (mr, nr) = (K::MR.min(mc - ir), K::NR.min(nc - jr));
+                            // SAFETY: `K` was chosen from the detected instruction set; the packed
+                            // panels are exactly kc*MR and kc*NR floats; the tile lies inside C and
+                            // inside this thread's rows × cols.
+                            unsafe { K::tile(kc, ap.as_ptr(), bp.as_ptr(), p.alpha, beta, c, p.c.rs, p.c.cs, mr, nr) };
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Packs A[i0.., p0..p0+kc] (mc rows) as MR-row panels, each step p holding MR consecutive
+/// floats; rows past mc are zero so the kernel needs no edge cases.
+fn pack_a<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usize, kc: usize) {
+    let mr_ = K::MR;
+    for (r, panel) in dst.chunks_exact_mut(mr_ * kc).take(mc.div_ceil(mr_)).enumerate() {
+        let i = i0 + r * mr_;
+        let rows = mr_.min(mc - r * mr_);
+        if unit(rows, a.rs) {
+            // Column-major A (a transposed view): each step is a contiguous run.
+            for (p, d) in panel.chunks_exact_mut(mr_).enumerate() {
+                // SAFETY: rows i..i+rows of column p0+p are inside A and contiguous.
+                let src = unsafe { std::slice::from_raw_parts(a.addr(i, p0 + p), rows) };
+                d[..rows].copy_from_slice(src);
+                d[rows..].fill(0.0);
+            }
+        } else if unit(kc, a.cs) {
+            #[cfg(target_arch = "x86_64")]
+            if K::AVX512_PACK {
+                // SAFETY: `K` is only used when the CPU has AVX-512F; rows i..i+rows, columns
+                // p0..p0+kc are inside A, each row contiguous.
+                unsafe { x86::pack_lines_avx512(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
+                continue;
+            }
+            // Row-major A: read each row contiguously, write it with stride MR.
+            for ii in 0..rows {
+                // SAFETY: columns p0..p0+kc of row i+ii are inside A and contiguous.
+                let src = unsafe { std::slice::from_raw_parts(a.addr(i + ii, p0), kc) };
+                for (d, &s) in panel[ii..].iter_mut().step_by(mr_).zip(src) {
+                    *d = s;
+                }
+            }
+            for d in panel.chunks_exact_mut(mr_) {
+                d[rows..].fill(0.0);
+            }
+        } else {
+            for (p, d) in panel.chunks_exact_mut(mr_).enumerate() {
+                for (ii, d) in d.iter_mut().enumerate() {
+                    // SAFETY: (i+ii, p0+p) is inside A whenever ii < rows.
+                    *d = if ii < rows { unsafe { a.at(i + ii, p0 + p) } } else { 0.0 };
+                }
+            }
+        }
+    }
+}
+
+/// Packs B[p0..p0+kc, j0..] (nc columns) as NR-column panels, each step p holding NR
+/// consecutive floats; columns past nc are zero.
+fn pack_b<K: Kernel>(dst: &mut [f32], b: Mat, p0: usize, kc: usize, j0: usize, nc: usize) {
+    let nr_ = K::NR;
+    for (r, panel) in dst.chunks_exact_mut(nr_ * kc).take(nc.div_ceil(nr_)).enumerate() {
+        let j = j0 + r * nr_;
+        let cols = nr_.min(nc - r * nr_);
+        if unit(cols, b.cs) {
+            for (p, d) in panel.chunks_exact_mut(nr_).enumerate() {
+                // SAFETY: columns j..j+cols of row p0+p are inside B and contiguous.
+                let src = unsafe { std::slice::from_raw_parts(b.addr(p0 + p, j), cols) };
+                d[..cols].copy_from_slice(src);
+                d[cols..].fill(0.0);
+            }
+        } else if unit(kc, b.rs) {
+            #[cfg(target_arch = "x86_64")]
+            if K::AVX512_PACK {
+                // SAFETY: as in `pack_a`, with columns of B as the lines.
+                unsafe { x86::pack_lines_avx512(panel, b.addr(p0, j), b.cs, cols, nr_, kc) };
+                continue;
+            }
+            // Column-major B (a transposed view): read each column contiguously.
+            for jj in 0..cols {
+                // SAFETY: rows p0..p0+kc of column j+jj are inside B and contiguous.
+                let src = unsafe { std::slice::from_raw_parts(b.addr(p0, j + jj), kc) };
+                for (d, &s) in panel[jj..].iter_mut().step_by(nr_).zip(src) {
+                    *d = s;
+                }
+            }
+            for d in panel.chunks_exact_mut(nr_) {
+                d[cols..].fill(0.0);
+            }
+        } else {
+            for (p, d) in panel.chunks_exact_mut(nr_).enumerate() {
+                for (jj, d) in d.iter_mut().enumerate() {
+                    // SAFETY: (p0+p, j+jj) is inside B whenever jj < cols.
+                    *d = if jj < cols { unsafe { b.at(p0 + p, j + jj) } } else { 0.0 };
+                }
+            }
+        }
+    }
+}
+
+/// Stores a finished tile `t` (row stride `ld`) into an arbitrary-stride or partial C tile.
+///
+/// # Safety
+/// As for [`Kernel::tile`]: the mr × nr tile at `c` is valid and exclusively ours.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn store_tile(
+    t: &[f32],
+    ld: usize,
+    alpha: f32,
+    beta: f32,
+    c: *mut f32,
+    rs: isize,
+    cs: isize,
+    mr: usize,
+    nr: usize,
+) {
+    for i in 0..mr {
+        for j in 0..nr {
+            let dst = c.offset(i as isize * rs + j as isize * cs);
+            let v = alpha * t[i * ld + j];
+            *dst = if beta == 0.0 { v } else { v + beta * *dst };
+        }
+    }
+}
+
+/// Plain Rust; a 4 × 8 tile of independent sums is what auto-vectorisers turn into SIMD on
+/// any target (SSE2, NEON, ...).
+struct Portable;
+
+impl Kernel for Portable {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    const KC: usize = 256;
+    const MC: usize = 128;
+    const NC: usize = 2048;
+
+    unsafe fn tile(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        alpha: f32,
+        beta: f32,
+        c: *mut f32,
+        rs: isize,
+        cs: isize,
+        mr: usize,
+        nr: usize,
+    ) {
+        const MR: usize = Portable::MR;
+        const NR: usize = Portable::NR;
+        let a = std::slice::from_raw_parts(a, kc * MR);
+        let b = std::slice::from_raw_parts(b, kc * NR);
+        let mut acc = [0.0f32; MR * NR];
+        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            for i in 0..MR {
+                for j in 0..NR {
+                    acc[i * NR + j] += ap[i] * bp[j];
+                }
+            }
+        }
+        store_tile(&acc, NR, alpha, beta, c, rs, cs, mr, nr);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rank-1 update and GEMV
+// ---------------------------------------------------------------------------------------------
+
+/// c = alpha * a ⊗ b + beta * c (the k = 1 product).
+fn rank1(isa: Isa, alpha: f32, a: ArrayView1<f32>, b: ArrayView1<f32>, beta: f32, mut c: ArrayViewMut2<f32>) {
+    let bs = b.as_slice();
+    for (mut row, &ai) in c.rows_mut().into_iter().zip(a.iter()) {
+        let s = alpha * ai;
+        match (row.as_slice_mut(), bs) {
+            (Some(row), Some(bs)) => axpby(isa, s, bs, beta, row),
+            (_, _) => row.zip_mut_with(&b, |cv, &bv| *cv = if beta == 0.0 { s * bv } else { s * bv + beta * *cv }),
+        }
+    }
+}
+
+/// y = s * x + beta * y over contiguous slices.
+fn axpby(isa: Isa, s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+    match isa {
+        // SAFETY: `isa` never exceeds what the CPU supports (`Isa::clamp`).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::axpby_avx512(s, x, beta, y) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::axpby_avx2(s, x, beta, y) },
+        _ => axpby_body::<false>(s, x, beta, y),
+    }
+}
+
+/// Plain loops, inlined into per-instruction-set wrappers so each gets its own vector width.
+#[inline(always)]
+fn axpby_body<const FMA: bool>(s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+    if beta == 0.0 {
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = s * x);
+    } else if beta == 1.0 {
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = fma::<FMA>(s, x, *y));
+    } else {
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = fma::<FMA>(s, x, beta * *y));
+    }
+}
+
+/// x * y + z, fused when the instruction set has FMA (a libm call otherwise, hence the flag).
+#[inline(always)]
+fn fma<const FMA: bool>(x: f32, y: f32, z: f32) -> f32 {
+    if FMA {
+        x.mul_add(y, z)
+    } else {
+        x * y + z
+    }
+}
+
+fn gemv_with(isa: Isa, alpha: f32, a: ArrayView2<f32>, x: ArrayView1<f32>, beta: f32, mut y: ArrayViewMut1<f32>) {
+    let isa = isa.clamp();
+    let (m, k) = a.dim();
+    assert!(x.len() == k && y.len() == m, "gemv: shapes {:?} @ {} -> {}", a.dim(), x.len(), y.len());
+    if m == 0 {
+        return;
+    }
+    if k == 0 || alpha == 0.0 {
+        scale(beta, y.view_mut().into_dyn());
+        return;
+    }
+    let am = Mat::of(&a);
+    let yv = MatMut { ptr: y.as_mut_ptr(), rs: y.strides()[0], cs: 0 };
+    if unit(k, am.cs) {
+        // Rows of A contiguous: one dot product per element of y.
+        match x.as_slice() {
+            Some(xs) => gemv_dot(isa, m, k, am, xs, alpha, beta, yv),
+            None => with_scratch(k, |xs| {
+                xs.iter_mut().zip(x.iter()).for_each(|(d, &s)| *d = s);
+                gemv_dot(isa, m, k, am, xs, alpha, beta, yv)
+            }),
+        }
+    } else if unit(m, am.rs) {
+        // Columns of A contiguous: y accumulates x[p] * column p.
+        let xv = Mat { ptr: x.as_ptr(), rs: x.strides()[0], cs: 0 };
+        gemv_axpy(isa, m, k, am, xv, alpha, beta, yv);
+    } else {
+        for (row, yi) in a.rows().into_iter().zip(y.iter_mut()) {
+            let s = alpha * row.iter().zip(x.iter()).map(|(&a, &x)| a * x).sum::<f32>();
+            *yi = if beta == 0.0 { s } else { s + beta * *yi };
+        }
+    }
+}
+
+/// y[i] = alpha * dot(A[i, :], x) + beta * y[i], A with contiguous rows.
+#[allow(clippy::too_many_arguments)]
+fn gemv_dot(isa: Isa, m: usize, k: usize, a: Mat, x: &[f32], alpha: f32, beta: f32, y: MatMut) {
+    // SAFETY (all arms): `a` and `y` come from views of shape m × k and m; `isa` is supported.
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::gemv_dot_avx512(m, k, a, x, alpha, beta, y) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::gemv_dot_avx2(m, k, a, x, alpha, beta, y) },
+        _ => unsafe { gemv_dot_portable::<false>(m, k, a, x, alpha, beta, y) },
+    }
+}
+
+/// y = alpha * A x + beta * y, A with contiguous columns.
+#[allow(clippy::too_many_arguments)]
+fn gemv_axpy(isa: Isa, m: usize, k: usize, a: Mat, x: Mat, alpha: f32, beta: f32, y: MatMut) {
+    // SAFETY (all arms): `a`, `x` and `y` come from views of shape m × k, k and m; `isa` is
+    // supported.
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::gemv_axpy_avx512(m, k, a, x, alpha, beta, y) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::gemv_axpy_avx2(m, k, a, x, alpha, beta, y) },
+        _ => unsafe { gemv_axpy_portable::<false>(m, k, a, x, alpha, beta, y) },
+    }
+}
+
+/// # Safety
+/// `a` is an m × k matrix with unit column stride, `y` an m-vector, both inside live views.
+#[inline(always)]
+unsafe fn gemv_dot_portable<const FMA: bool>(m: usize, k: usize, a: Mat, x: &[f32], alpha: f32, beta: f32, y: MatMut) {
+    const L: usize = 16;
+    for i in 0..m {
+        let row = std::slice::from_raw_parts(a.addr(i, 0), k);
+        // Independent lanes: the compiler may vectorise them without reassociating one sum.
+        let mut acc = [0.0f32; L];
+        let (rc, xc) = (row.chunks_exact(L), x.chunks_exact(L));
+        let tail: f32 = rc.remainder().iter().zip(xc.remainder()).map(|(&a, &x)| a * x).sum();
+        for (r, xv) in rc.zip(xc) {
+            for l in 0..L {
+                acc[l] = fma::<FMA>(r[l], xv[l], acc[l]);
+            }
+        }
+        let d = acc.iter().sum::<f32>() + tail;
+        store_y(y, i, alpha * d, beta);
+    }
+}
+
+/// # Safety
+/// `a` is an m × k matrix with unit row stride, `x` a k-vector (row stride = its stride),
+/// `y` an m-vector, all inside live views.
+#[inline(always)]
+unsafe fn gemv_axpy_portable<const FMA: bool>(m: usize, k: usize, a: Mat, x: Mat, alpha: f32, beta: f32, y: MatMut) {
+    const B: usize = 64;
+    for i0 in (0..m).step_by(B) {
+        let rows = B.min(m - i0);
+        let mut acc = [0.0f32; B];
+        for p in 0..k {
+            let xp = x.at(p, 0);
+            let col = std::slice::from_raw_parts(a.addr(i0, p), rows);
+            for (s, &v) in acc.iter_mut().zip(col) {
+                *s = fma::<FMA>(v, xp, *s);
+            }
+        }
+        for (ii, &s) in acc[..rows].iter().enumerate() {
+            store_y(y, i0 + ii, alpha * s, beta);
+        }
+    }
+}
+
+/// y[i] = v + beta * y[i] (beta == 0 ignores the old value, even NaN).
+///
+/// # Safety
+/// i is inside the vector `y` was made from.
+#[inline(always)]
+unsafe fn store_y(y: MatMut, i: usize, v: f32, beta: f32) {
+    let p = y.addr(i, 0);
+    *p = if beta == 0.0 { v } else { v + beta * *p };
+}
+
+// ---------------------------------------------------------------------------------------------
+// x86-64 kernels
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{store_tile, Kernel, Mat, MatMut};
+    use std::arch::x86_64::*;
+
+    // Plain-Rust bodies compiled for wider vectors. `inline(always)` on the bodies makes them
+    // part of these functions, so they are vectorised with the enabled features.
+
+    /// # Safety
+    /// The CPU supports AVX-512F and FMA.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn axpby_avx512(s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+        super::axpby_body::<true>(s, x, beta, y)
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn axpby_avx2(s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+        super::axpby_body::<true>(s, x, beta, y)
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; otherwise as `gemv_dot_portable`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemv_dot_avx2(m: usize, k: usize, a: Mat, x: &[f32], alpha: f32, beta: f32, y: MatMut) {
+        super::gemv_dot_portable::<true>(m, k, a, x, alpha, beta, y)
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; otherwise as `gemv_axpy_portable`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemv_axpy_avx2(m: usize, k: usize, a: Mat, x: Mat, alpha: f32, beta: f32, y: MatMut) {
+        super::gemv_axpy_portable::<true>(m, k, a, x, alpha, beta, y)
+    }
+
+    /// 12 × 32 tiles: 24 zmm accumulators, two B vectors per step, A broadcast from memory —
+    /// enough independent FMAs to cover the 4-cycle latency on both FMA pipes.
+    pub(super) struct Avx512;
+
+    impl Kernel for Avx512 {
+        const MR: usize = 12;
+        const NR: usize = 32;
+        const KC: usize = 256;
+        const MC: usize = 192;
+        const NC: usize = 4096;
+        const AVX512_PACK: bool = true;
+
+        unsafe fn tile(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            alpha: f32,
+            beta: f32,
+            c: *mut f32,
+            rs: isize,
+            cs: isize,
+            mr: usize,
+            nr: usize,
+        ) {
+            tile_avx512::<12, 2>(kc, a, b, alpha, beta, c, rs, cs, mr, nr)
+        }
+    }
+
+    /// MR × (16·NV) AVX-512 tile; see [`Kernel::tile`] for the contract.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn tile_avx512<const MR: usize, const NV: usize>(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        alpha: f32,
+        beta: f32,
+        c: *mut f32,
+        rs: isize,
+        cs: isize,
+        mr: usize,
+        nr: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for p in 0..kc {
+            let bp = b.add(p * NV * 16);
+            let mut bv = [_mm512_setzero_ps(); NV];
+            for (v, bv) in bv.iter_mut().enumerate() {
+                *bv = _mm512_loadu_ps(bp.add(v * 16));
+            }
+            let ap = a.add(p * MR);
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(*ap.add(i));
+                for v in 0..NV {
+                    acc[v] = _mm512_fmadd_ps(ai, bv[v], acc[v]);
+                }
+            }
+        }
+        let va = _mm512_set1_ps(alpha);
+        if cs == 1 {
+            // Masked loads and stores never touch the lanes past nr, so partial tiles of a
+            // row-major C need no copy.
+            let mut mask = [0u16; NV];
+            for (v, m) in mask.iter_mut().enumerate() {
+                let cnt = nr.saturating_sub(v * 16).min(16);
+                *m = ((1u32 << cnt) - 1) as u16;
+            }
+            let vb = _mm512_set1_ps(beta);
+            for (i, acc) in acc.iter().enumerate() {
+                if i < mr {
+                    let row = c.wrapping_offset(i as isize * rs);
+                    for v in 0..NV {
+                        let dst = row.wrapping_add(v * 16);
+                        let mut r = _mm512_mul_ps(va, acc[v]);
+                        if beta != 0.0 {
+                            r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], dst), r);
+                        }
+                        _mm512_mask_storeu_ps(dst, mask[v], r);
+                    }
+                }
+            }
+        } else {
+            let mut t = [0.0f32; 512];
+            for (i, acc) in acc.iter().enumerate() {
+                for v in 0..NV {
+                    _mm512_storeu_ps(t.as_mut_ptr().add(i * NV * 16 + v * 16), acc[v]);
+                }
+            }
+            store_tile(&t, NV * 16, alpha, beta, c, rs, cs, mr, nr);
+        }
+    }
+
+    /// Transposes 16 rows of 16 floats in registers: afterwards r[q] holds what was column q.
+    #[inline(always)]
+    unsafe fn transpose16(r: &mut [__m512; 16]) {
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        for i in 0..4 {
+            let (a, b, c, d) = (t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+            r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(c)));
+            r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(c)));
+            r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b), _mm512_castps_pd(d)));
+            r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b), _mm512_castps_pd(d)));
+        }
+        // r[4i + j] now holds column j of each 128-bit lane of rows 4i..4i+4.
+        for h in 0..2 {
+            for j in 0..4 {
+                t[8 * h + j] = _mm512_shuffle_f32x4::<0x88>(r[8 * h + j], r[8 * h + 4 + j]);
+                t[8 * h + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(r[8 * h + j], r[8 * h + 4 + j]);
+            }
+        }
+        for j in 0..8 {
+            r[j] = _mm512_shuffle_f32x4::<0x88>(t[j], t[8 + j]);
+            r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(t[j], t[8 + j]);
+        }
+    }
+
+    /// Copies `lines` strided lines (line l at `src + l*ld`, kc contiguous floats each) into a
+    /// panel of width w: dst[p*w + l] = line l at p, zero for l >= lines. A 16 × 16 register
+    /// transpose per block instead of one scalar store per element.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; every line l < lines is valid for kc reads.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn pack_lines_avx512(
+        dst: &mut [f32],
+        src: *const f32,
+        ld: isize,
+        lines: usize,
+        w: usize,
+        kc: usize,
+    ) {
+        assert!(dst.len() >= w * kc && lines <= w);
+        let d = dst.as_mut_ptr();
+        let full = kc / 16 * 16;
+        for g in (0..w).step_by(16) {
+            let store = ((1u32 << (w - g).min(16)) - 1) as u16;
+            let have = lines.saturating_sub(g).min(16);
+            for p in (0..full).step_by(16) {
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (l, r) in r.iter_mut().enumerate() {
+                    // Lines past the matrix load nothing (mask 0) and become zero padding.
+                    let m = if l < have { 0xffff } else { 0 };
+                    *r = _mm512_maskz_loadu_ps(m, src.wrapping_offset((g + l) as isize * ld).wrapping_add(p));
+                }
+                transpose16(&mut r);
+                for (q, &r) in r.iter().enumerate() {
+                    _mm512_mask_storeu_ps(d.add((p + q) * w + g), store, r);
+                }
+            }
+        }
+        for p in full..kc {
+            for l in 0..w {
+                *d.add(p * w + l) = if l < lines { *src.offset(l as isize * ld).add(p) } else { 0.0 };
+            }
+        }
+    }
+
+    /// The unpacked product for small problems (see `SMALL_MAX_MNK`): column blocks of up to 64
+    /// (four masked vectors) times four rows of A at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `p` describes live views; B and C have unit column stride.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn small_avx512(p: super::Problem) {
+        let mut j0 = 0;
+        while j0 < p.n {
+            let w = (p.n - j0).min(64);
+            let q = super::Problem {
+                n: w,
+                b: Mat { ptr: p.b.addr(0, j0), ..p.b },
+                c: MatMut { ptr: p.c.addr(0, j0), ..p.c },
+                ..p
+            };
+            match w.div_ceil(16) {
+                1 => small_cols::<1>(q),
+                2 => small_cols::<2>(q),
+                3 => small_cols::<3>(q),
+                _ => small_cols::<4>(q),
+            }
+            j0 += w;
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn small_cols<const NV: usize>(p: super::Problem) {
+        let mask: [u16; NV] = std::array::from_fn(|v| ((1u32 << p.n.saturating_sub(v * 16).min(16)) - 1) as u16);
+        let mut i = 0;
+        while i + 4 <= p.m {
+            small_rows::<4, NV>(&p, i, &mask);
+            i += 4;
+        }
+        if i + 2 <= p.m {
+            small_rows::<2, NV>(&p, i, &mask);
+            i += 2;
+        }
+        if i < p.m {
+            small_rows::<1, NV>(&p, i, &mask);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn small_rows<const R: usize, const NV: usize>(p: &super::Problem, i: usize, mask: &[u16; NV]) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; R];
+        for k in 0..p.k {
+            let row = p.b.addr(k, 0);
+            let bv: [__m512; NV] = std::array::from_fn(|v| _mm512_maskz_loadu_ps(mask[v], row.wrapping_add(v * 16)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar = _mm512_set1_ps(p.a.at(i + r, k));
+                for v in 0..NV {
+                    acc[v] = _mm512_fmadd_ps(ar, bv[v], acc[v]);
+                }
+            }
+        }
+        let (va, vb) = (_mm512_set1_ps(p.alpha), _mm512_set1_ps(p.beta));
+        for (r, acc) in acc.iter().enumerate() {
+            let row = p.c.addr(i + r, 0);
+            for v in 0..NV {
+                let dst = row.wrapping_add(v * 16);
+                let mut x = _mm512_mul_ps(va, acc[v]);
+                if p.beta != 0.0 {
+                    x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], dst), x);
+                }
+                _mm512_mask_storeu_ps(dst, mask[v], x);
+            }
+        }
+    }
+
+    /// 6 × 16 tiles: 12 ymm accumulators of the 16 registers.
+    pub(super) struct Avx2;
+
+    impl Kernel for Avx2 {
+        const MR: usize = 6;
+        const NR: usize = 16;
+        const KC: usize = 256;
+        const MC: usize = 144;
+        const NC: usize = 4096;
+
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn tile(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            alpha: f32,
+            beta: f32,
+            c: *mut f32,
+            rs: isize,
+            cs: isize,
+            mr: usize,
+            nr: usize,
+        ) {
+            const MR: usize = 6;
+            let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+            for p in 0..kc {
+                let b0 = _mm256_loadu_ps(b.add(p * 16));
+                let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let ai = _mm256_broadcast_ss(&*a.add(p * MR + i));
+                    acc[0] = _mm256_fmadd_ps(ai, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(ai, b1, acc[1]);
+                }
+            }
+            if cs == 1 && mr == MR && nr == 16 {
+                let (va, vb) = (_mm256_set1_ps(alpha), _mm256_set1_ps(beta));
+                for (i, acc) in acc.iter().enumerate() {
+                    let row = c.offset(i as isize * rs);
+                    for (v, &acc) in acc.iter().enumerate() {
+                        let dst = row.add(v * 8);
+                        let mut r = _mm256_mul_ps(va, acc);
+                        if beta != 0.0 {
+                            r = _mm256_fmadd_ps(vb, _mm256_loadu_ps(dst), r);
+                        }
+                        _mm256_storeu_ps(dst, r);
+                    }
+                }
+            } else {
+                let mut t = [0.0f32; MR * 16];
+                for (i, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(t.as_mut_ptr().add(i * 16), acc[0]);
+                    _mm256_storeu_ps(t.as_mut_ptr().add(i * 16 + 8), acc[1]);
+                }
+                store_tile(&t, 16, alpha, beta, c, rs, cs, mr, nr);
+            }
+        }
+    }
+
+    /// Row-major gemv: eight rows at a time, so eight independent FMA chains share each load of
+    /// x; see `gemv_dot` for the contract.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn gemv_dot_avx512(m: usize, k: usize, a: Mat, x: &[f32], alpha: f32, beta: f32, y: MatMut) {
+        const R: usize = 8;
+        let full = k / 16;
+        let tail = (1u32 << (k % 16)) as u16 - 1;
+        let xp = x.as_ptr();
+        let mut i = 0;
+        while i + R <= m {
+            let mut acc = [_mm512_setzero_ps(); R];
+            let rows: [*const f32; R] = std::array::from_fn(|r| a.addr(i + r, 0));
+            for q in 0..full {
+                let xv = _mm512_loadu_ps(xp.add(q * 16));
+                for r in 0..R {
+                    acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(rows[r].add(q * 16)), xv, acc[r]);
+                }
+            }
+            if tail != 0 {
+                let xv = _mm512_maskz_loadu_ps(tail, xp.add(full * 16));
+                for r in 0..R {
+                    acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, rows[r].add(full * 16)), xv, acc[r]);
+                }
+            }
+            for (r, &acc) in acc.iter().enumerate() {
+                super::store_y(y, i + r, alpha * _mm512_reduce_add_ps(acc), beta);
+            }
+            i += R;
+        }
+        while i < m {
+            let row = a.addr(i, 0);
+            let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut q = 0;
+            while q + 2 <= full {
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(q * 16)), _mm512_loadu_ps(xp.add(q * 16)), s0);
+                s1 = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(q * 16 + 16)), _mm512_loadu_ps(xp.add(q * 16 + 16)), s1);
+                q += 2;
+            }
+            if q < full {
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(q * 16)), _mm512_loadu_ps(xp.add(q * 16)), s0);
+            }
+            if tail != 0 {
+                let xv = _mm512_maskz_loadu_ps(tail, xp.add(full * 16));
+                s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, row.add(full * 16)), xv, s1);
+            }
+            super::store_y(y, i, alpha * _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)), beta);
+            i += 1;
+        }
+    }
+
+    /// Column-major gemv: a 128-row block of y lives in eight zmm registers while every column
+    /// streams past; see `gemv_axpy` for the contract.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) unsafe fn gemv_axpy_avx512(m: usize, k: usize, a: Mat, x: Mat, alpha: f32, beta: f32, y: MatMut) {
+        const V: usize = 8;
+        let mut out = [0.0f32; V * 16];
+        let mut i0 = 0;
+        while i0 + V * 16 <= m {
+            let mut acc = [_mm512_setzero_ps(); V];
+            for p in 0..k {
+                let xp = _mm512_set1_ps(x.at(p, 0));
+                let col = a.addr(i0, p);
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_loadu_ps(col.add(v * 16)), xp, *acc);
+                }
+            }
+            for (v, &acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add(v * 16), acc);
+            }
+            finish(&out, i0, V * 16, alpha, beta, y);
+            i0 += V * 16;
+        }
+        // The last < 128 rows, one (masked) vector at a time, four columns per step so four
+        // chains hide the FMA latency.
+        while i0 < m {
+            let rows = 16.min(m - i0);
+            let mask = ((1u32 << rows) - 1) as u16;
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let mut p = 0;
+            while p + 4 <= k {
+                for (u, acc) in acc.iter_mut().enumerate() {
+                    let xp = _mm512_set1_ps(x.at(p + u, 0));
+                    *acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a.addr(i0, p + u)), xp, *acc);
+                }
+                p += 4;
+            }
+            while p < k {
+                let xp = _mm512_set1_ps(x.at(p, 0));
+                acc[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a.addr(i0, p)), xp, acc[0]);
+                p += 1;
+            }
+            let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+            _mm512_storeu_ps(out.as_mut_ptr(), s);
+            finish(&out, i0, rows, alpha, beta, y);
+            i0 += rows;
+        }
+    }
+
+    /// y[i0 + r] = alpha * out[r] + beta * y[i0 + r] for r < rows.
+    #[inline(always)]
+    unsafe fn finish(out: &[f32], i0: usize, rows: usize, alpha: f32, beta: f32, y: MatMut) {
+        for (r, &s) in out[..rows].iter().enumerate() {
+            super::store_y(y, i0 + r, alpha * s, beta);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread pool
+// ---------------------------------------------------------------------------------------------
+
+/// A few persistent workers, so a product pays a hand-over (well under a microsecond while
+/// the workers are still polling after the previous product, a futex wake-up otherwise) rather
+/// than a thread spawn, and each worker keeps its packing buffers warm.
+///
+/// Work comes as numbered chunks that any thread may claim, the caller included. The caller
+/// waits only for chunks a worker actually claimed, never for a worker to wake up: a worker
+/// that arrives late (a sleeping vCPU can take tens of microseconds) finds nothing left and
+/// leaves, so a parallel product is never much slower than a serial one.
+mod pool {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::sync::mpsc::{self, Receiver, TryRecvError};
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    /// How long an idle worker keeps polling for the next job before it sleeps: products issued
+    /// back to back (a training step) then skip the wake-up. Polling yields the CPU, because
+    /// the scheduler may have put the worker on the caller's own CPU.
+    const WORKER_POLL: Duration = Duration::from_micros(300);
+    /// How long the caller polls for claimed chunks to finish before it sleeps.
+    const CALLER_POLL: Duration = Duration::from_micros(2000);
+
+    /// Chunks `0..chunks` of one product.
+    ///
+    /// `work` captures raw pointers into the caller's operands; they are valid only until the
+    /// caller's `run` returns. That is sound because `work` is called only for a claimed chunk
+    /// (`next` < `chunks`), and `run` returns only after its own claim has failed and `active`
+    /// has been seen at zero. All of these are SeqCst: a helper raises `active` before it
+    /// claims, so either the caller sees it and waits for it to finish, or its claim comes
+    /// after the caller's failed one and fails as well (`next` only grows).
+    struct Claims {
+        work: Box<dyn Fn(usize) + Send + Sync>,
+        chunks: usize,
+        next: AtomicUsize,
+        /// Helpers (not the caller) between raising and lowering it in `help`.
+        active: AtomicUsize,
+        lock: Mutex<()>,
+        idle: Condvar,
+        panicked: AtomicBool,
+    }
+
+    impl Claims {
+        fn claim_all(&self) {
+            loop {
+                let i = self.next.fetch_add(1, SeqCst);
+                if i >= self.chunks {
+                    return;
+                }
+                // Caught so that a panic cannot skip the bookkeeping that `run`'s soundness
+                // rests on; `run` re-raises it once nothing runs any more.
+                if catch_unwind(AssertUnwindSafe(|| (self.work)(i))).is_err() {
+                    self.panicked.store(true, SeqCst);
+                }
+            }
+        }
+
+        fn help(&self) {
+            self.active.fetch_add(1, SeqCst);
+            self.claim_all();
+            if self.active.fetch_sub(1, SeqCst) == 1 {
+                // Taking the lock orders this notify after a sleeper's last look at `active`.
+                let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.idle.notify_all();
+            }
+        }
+
+        fn wait_idle(&self) {
+            let start = Instant::now();
+            while self.active.load(SeqCst) > 0 {
+                if start.elapsed() > CALLER_POLL {
+                    let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while self.active.load(SeqCst) > 0 {
+                        g = self.idle.wait(g).unwrap_or_else(|e| e.into_inner());
+                    }
+                    return;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    struct Worker {
+        tx: mpsc::Sender<Arc<Claims>>,
+        /// Blocked in `recv`: a send must wake it through the kernel.
+        asleep: Arc<AtomicBool>,
+    }
+
+    static WORKERS: OnceLock<Mutex<Vec<Worker>>> = OnceLock::new();
+
+    fn workers() -> std::sync::MutexGuard<'static, Vec<Worker>> {
+        WORKERS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many of the first `max` workers are awake (a hint: one may doze off right after).
+    pub(super) fn awake(max: usize) -> usize {
+        workers().iter().take(max).filter(|w| !w.asleep.load(SeqCst)).count()
+    }
+
+    /// The next job: polled for a while, then waited for. None when the pool is gone.
+    fn next_job(rx: &Receiver<Arc<Claims>>, asleep: &AtomicBool) -> Option<Arc<Claims>> {
+        let start = Instant::now();
+        loop {
+            match rx.try_recv() {
+                Ok(job) => return Some(job),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if start.elapsed() > WORKER_POLL => {
+                    asleep.store(true, SeqCst);
+                    let job = rx.recv().ok();
+                    asleep.store(false, SeqCst);
+                    return job;
+                }
+                Err(TryRecvError::Empty) => std::thread::yield_now(),
+            }
+        }
+    }
+
+    fn spawn_worker() -> Option<Worker> {
+        let (tx, rx) = mpsc::channel::<Arc<Claims>>();
+        let asleep = Arc::new(AtomicBool::new(false));
+        let flag = asleep.clone();
+        let worker = move || {
+            while let Some(job) = next_job(&rx, &flag) {
+                job.help();
+            }
+        };
+        std::thread::Builder::new().name("dp-gemm".into()).spawn(worker).ok().map(|_| Worker { tx, asleep })
+    }
+
+    /// Runs `work(0..chunks)` on this thread and up to `helpers` workers (only those awake
+    /// unless `wake`); returns when all chunks are done. Several callers may share the workers:
+    /// a busy worker just claims less.
+    pub(super) fn run(chunks: usize, helpers: usize, wake: bool, work: Box<dyn Fn(usize) + Send + Sync>) {
+        let claims = Arc::new(Claims {
+            work,
+            chunks,
+            next: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            idle: Condvar::new(),
+            panicked: AtomicBool::new(false),
+        });
+        {
+            let mut workers = workers();
+            while wake && workers.len() < helpers {
+                match spawn_worker() {
+                    Some(w) => workers.push(w),
+                    None => break,
+                }
+            }
+            for w in workers.iter().take(helpers).filter(|w| wake || !w.asleep.load(SeqCst)) {
+                // A worker that is gone just helps no more; the caller claims its share.
+                let _ = w.tx.send(claims.clone());
+            }
+        }
+        claims.claim_all();
+        claims.wait_idle();
+        if claims.panicked.load(SeqCst) {
+            panic!("gemm: a chunk of the product panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{s, Array1, Array2, ShapeBuilder};
+
+    /// A tiny deterministic generator: values in [-1, 1).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Layout {
+        Row,
+        Col,
+        /// Every other row and column of a bigger array: no unit stride at all.
+        Strided,
+        /// Row-major with padded rows (leading dimension > columns).
+        Padded,
+        /// Row-major with the first axis reversed (negative stride).
+        Neg,
+    }
+
+    const LAYOUTS: [Layout; 5] = [Layout::Row, Layout::Col, Layout::Strided, Layout::Padded, Layout::Neg];
+
+    /// An owned array with the given memory layout (owned arrays may have any strides).
+    fn make(rows: usize, cols: usize, layout: Layout, rng: &mut Lcg) -> Array2<f32> {
+        let mut a = match layout {
+            Layout::Row | Layout::Neg => Array2::zeros((rows, cols)),
+            Layout::Col => Array2::zeros((rows, cols).f()),
+            Layout::Strided => {
+                let mut a = Array2::zeros((2 * rows, 2 * cols));
+                a.slice_collapse(s![..;2, ..;2]);
+                a
+            }
+            Layout::Padded => {
+                let mut a = Array2::zeros((rows, cols + 3));
+                a.slice_collapse(s![.., ..cols]);
+                a
+            }
+        };
+        if let Layout::Neg = layout {
+            a.invert_axis(Axis(0));
+        }
+        a.map_inplace(|v| *v = rng.next());
+        a
+    }
+
+    fn isas() -> Vec<Isa> {
+        [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= Isa::detect()).collect()
+    }
+
+    /// |got - want| <= tol * (|alpha| Σ|a||b| + |beta c|): f32 rounding grows with k.
+    fn check_gemm(
+        alpha: f32,
+        a: &Array2<f32>,
+        b: &Array2<f32>,
+        beta: f32,
+        c0: &Array2<f32>,
+        got: &Array2<f32>,
+        what: &str,
+    ) {
+        let (m, k) = a.dim();
+        let n = b.dim().1;
+        let tol = 1e-6 * (k as f64 + 2.0);
+        for i in 0..m {
+            for j in 0..n {
+                let (mut s, mut mag) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let t = a[[i, p]] as f64 * b[[p, j]] as f64;
+                    s += t;
+                    mag += t.abs();
+                }
+                let old = if beta == 0.0 { 0.0 } else { beta as f64 * c0[[i, j]] as f64 };
+                let want = alpha as f64 * s + old;
+                let mag = (alpha as f64).abs() * mag + old.abs() + 1e-30;
+                let g = got[[i, j]] as f64;
+                assert!(
+                    (g - want).abs() <= tol * mag,
+                    "{what}: ({i}, {j}) got {g}, want {want} (m={m} n={n} k={k} alpha={alpha} beta={beta})"
+                );
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_gemm(
+        isa: Isa,
+        threads: usize,
+        (m, n, k): (usize, usize, usize),
+        (la, lb, lc): (Layout, Layout, Layout),
+        alpha: f32,
+        beta: f32,
+        nan_c: bool,
+        rng: &mut Lcg,
+    ) {
+        let a = make(m, k, la, rng);
+        let b = make(k, n, lb, rng);
+        let mut c = make(m, n, lc, rng);
+        if nan_c {
+            c.fill(f32::NAN);
+        }
+        let c0 = c.clone();
+        gemm_with(isa, threads, alpha, a.view(), b.view(), beta, c.view_mut());
+        let what = format!("{isa:?} threads={threads} layouts=({la:?}, {lb:?}, {lc:?})");
+        check_gemm(alpha, &a, &b, beta, &c0, &c, &what);
+    }
+
+    #[test]
+    fn gemm_small_and_odd_sizes_all_layouts() {
+        let sizes = [1, 2, 3, 7, 15, 16, 17, 31, 33];
+        let mut rng = Lcg(1);
+        let mut combo = 0usize;
+        for isa in isas() {
+            for &m in &sizes {
+                for &n in &sizes {
+                    for &k in &sizes {
+                        // Rotate through the layout triples rather than taking their product.
+                        combo += 1;
+                        let la = LAYOUTS[combo % 5];
+                        let lb = LAYOUTS[(combo / 5) % 5];
+                        let lc = LAYOUTS[(combo / 25) % 5];
+                        run_gemm(isa, 1, (m, n, k), (la, lb, lc), 1.0, 0.0, false, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_every_layout_pair_medium() {
+        let mut rng = Lcg(2);
+        for isa in isas() {
+            for la in LAYOUTS {
+                for lb in LAYOUTS {
+                    for lc in [Layout::Row, Layout::Col, Layout::Strided] {
+                        run_gemm(isa, 1, (65, 100, 129), (la, lb, lc), 0.75, -1.5, false, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_larger_sizes_and_k_blocks() {
+        let mut rng = Lcg(3);
+        let shapes = [(100, 129, 300), (300, 65, 100), (129, 300, 600), (33, 17, 1000), (13, 4200, 5)];
+        for isa in isas() {
+            for (i, &shape) in shapes.iter().enumerate() {
+                let la = LAYOUTS[i % 5];
+                let lb = LAYOUTS[(i + 2) % 5];
+                run_gemm(isa, 1, shape, (la, lb, Layout::Row), 1.0, 1.0, false, &mut rng);
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_alpha_beta_and_nan() {
+        let mut rng = Lcg(4);
+        let shapes = [(1, 1, 1), (5, 1, 7), (1, 9, 4), (7, 9, 1), (20, 40, 1), (17, 33, 31), (40, 70, 2)];
+        for isa in isas() {
+            for &shape in &shapes {
+                for (alpha, beta) in [(1.0, 0.0), (1.0, 1.0), (-0.5, 2.0), (0.0, 0.5), (2.0, -1.0), (0.0, 0.0)] {
+                    for lc in [Layout::Row, Layout::Col, Layout::Strided] {
+                        run_gemm(isa, 1, shape, (Layout::Row, Layout::Col, lc), alpha, beta, false, &mut rng);
+                    }
+                }
+                // beta = 0 must not read C, even NaN.
+                for lc in [Layout::Row, Layout::Col, Layout::Strided, Layout::Neg] {
+                    run_gemm(isa, 1, shape, (Layout::Col, Layout::Row, lc), 1.5, 0.0, true, &mut rng);
+                    run_gemm(isa, 1, shape, (Layout::Row, Layout::Row, lc), 0.0, 0.0, true, &mut rng);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_k_zero_and_empty() {
+        let mut rng = Lcg(5);
+        for isa in isas() {
+            for (m, n, k) in [(0, 0, 0), (0, 5, 3), (4, 0, 3), (4, 5, 0), (0, 0, 7), (3, 3, 0), (1, 1, 0)] {
+                for beta in [0.0, 1.0, 3.0] {
+                    run_gemm(isa, 2, (m, n, k), (Layout::Row, Layout::Col, Layout::Row), 1.0, beta, false, &mut rng);
+                }
+                run_gemm(isa, 2, (m, n, k), (Layout::Row, Layout::Row, Layout::Row), 1.0, 0.0, true, &mut rng);
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_threaded() {
+        let mut rng = Lcg(6);
+        // Large enough for the pool; shapes that split n, split m, and leave uneven parts.
+        let shapes = [(300, 257, 290), (513, 130, 200), (130, 515, 200), (97, 1000, 70)];
+        for isa in isas() {
+            for (i, &shape) in shapes.iter().enumerate() {
+                for threads in [2, 3] {
+                    let la = LAYOUTS[i % 5];
+                    let lb = LAYOUTS[(i + threads) % 5];
+                    run_gemm(isa, threads, shape, (la, lb, Layout::Row), 1.0, 0.5, false, &mut rng);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_from_many_threads_at_once() {
+        // Callers that find the pool busy run alone; all results must still be right.
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                s.spawn(move || {
+                    let mut rng = Lcg(100 + t);
+                    for _ in 0..3 {
+                        run_gemm(
+                            Isa::detect(),
+                            2,
+                            (200, 210, 150),
+                            (Layout::Row, Layout::Col, Layout::Row),
+                            1.0,
+                            0.0,
+                            true,
+                            &mut rng,
+                        );
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn gemm_broadcast_operands() {
+        // Zero strides (a broadcast row of A, a broadcast column of B).
+        let mut rng = Lcg(7);
+        let row = Array1::from_shape_fn(37, |_| rng.next());
+        let col = Array2::from_shape_fn((37, 1), |_| rng.next());
+        let a = row.broadcast((20, 37)).unwrap();
+        let b = col.broadcast((37, 45)).unwrap();
+        for isa in isas() {
+            let mut c = Array2::from_elem((20, 45), f32::NAN);
+            gemm_with(isa, 1, 1.0, a, b, 0.0, c.view_mut());
+            check_gemm(1.0, &a.to_owned(), &b.to_owned(), 0.0, &c.clone(), &c, "broadcast");
+        }
+    }
+
+    #[test]
+    fn public_entry_points() {
+        let mut rng = Lcg(8);
+        let a = make(70, 50, Layout::Row, &mut rng);
+        let b = make(50, 40, Layout::Col, &mut rng);
+        let mut c = Array2::from_elem((70, 40), f32::NAN);
+        gemm(1.0, a.view(), b.view(), 0.0, c.view_mut());
+        check_gemm(1.0, &a, &b, 0.0, &c.clone(), &c, "gemm");
+        let x = Array1::from_shape_fn(50, |_| rng.next());
+        let mut y = Array1::from_elem(70, f32::NAN);
+        gemv(1.0, a.view(), x.view(), 0.0, y.view_mut());
+        let want = a.dot(&x);
+        for i in 0..70 {
+            assert!((y[i] - want[i]).abs() <= 1e-4, "gemv {i}");
+        }
+    }
+
+    fn run_gemv(
+        isa: Isa,
+        (m, k): (usize, usize),
+        la: Layout,
+        xs: isize,
+        ys: isize,
+        alpha: f32,
+        beta: f32,
+        rng: &mut Lcg,
+    ) {
+        let a = make(m, k, la, rng);
+        // Strided vectors: a slice of a longer one with step xs (negative: reversed).
+        let xbig = Array1::from_shape_fn(k * xs.unsigned_abs(), |_| rng.next());
+        let x = xbig.slice(s![..;xs]);
+        let mut ybig =
+            Array1::from_shape_fn(m * ys.unsigned_abs(), |_| if beta == 0.0 { f32::NAN } else { rng.next() });
+        let y0 = ybig.slice(s![..;ys]).to_owned();
+        gemv_with(isa, alpha, a.view(), x, beta, ybig.slice_mut(s![..;ys]));
+        let y = ybig.slice(s![..;ys]);
+        let tol = 1e-6 * (k as f64 + 2.0);
+        for i in 0..m {
+            let (mut sum, mut mag) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                let t = a[[i, p]] as f64 * x[p] as f64;
+                sum += t;
+                mag += t.abs();
+            }
+            let old = if beta == 0.0 { 0.0 } else { beta as f64 * y0[i] as f64 };
+            let want = alpha as f64 * sum + old;
+            let mag = (alpha as f64).abs() * mag + old.abs() + 1e-30;
+            assert!(
+                (y[i] as f64 - want).abs() <= tol * mag,
+                "gemv {isa:?} {la:?} m={m} k={k} xs={xs} ys={ys} alpha={alpha} beta={beta}: y[{i}] = {}, want {want}",
+                y[i]
+            );
+        }
+    }
+
+    #[test]
+    fn gemv_shapes_layouts_strides() {
+        let mut rng = Lcg(9);
+        let shapes = [
+            (0, 0),
+            (0, 3),
+            (3, 0),
+            (1, 1),
+            (1, 17),
+            (17, 1),
+            (7, 15),
+            (8, 16),
+            (9, 33),
+            (65, 100),
+            (100, 100),
+            (129, 31),
+            (300, 750),
+            (750, 300),
+        ];
+        for isa in isas() {
+            for &shape in &shapes {
+                for la in LAYOUTS {
+                    for (xs, ys) in [(1, 1), (2, 1), (1, 3), (-1, -2)] {
+                        for (alpha, beta) in [(1.0, 0.0), (-2.0, 0.5), (0.0, 1.0)] {
+                            run_gemv(isa, shape, la, xs, ys, alpha, beta, &mut rng);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_vector_shaped_products() {
+        // n = 1, m = 1 and k = 1 take the gemv and rank-1 routes.
+        let mut rng = Lcg(10);
+        let shapes = [(750, 1, 300), (1, 750, 300), (300, 750, 1), (100, 1, 100), (1, 1, 50), (65, 100, 1), (1, 33, 1)];
+        for isa in isas() {
+            for &shape in &shapes {
+                for (la, lb, lc) in [
+                    (Layout::Row, Layout::Row, Layout::Row),
+                    (Layout::Col, Layout::Col, Layout::Col),
+                    (Layout::Strided, Layout::Neg, Layout::Strided),
+                    (Layout::Padded, Layout::Col, Layout::Neg),
+                ] {
+                    run_gemm(isa, 1, shape, (la, lb, lc), 1.0, 0.0, true, &mut rng);
+                    run_gemm(isa, 1, shape, (la, lb, lc), 0.5, 1.0, false, &mut rng);
+                }
+            }
+        }
+    }
+}
