@@ -213,8 +213,8 @@ impl Subst {
                     }
                 }
                 Ty::Tuple(ts) if c == class::DIFF => {
-                    for a in ts.iter().cloned() {
-                        self.require_class(c, &a)?;
+                    for a in ts.iter() {
+                        self.require_class(c, a)?;
                     }
                 }
                 Ty::Record(r) if c == class::DIFF => {
