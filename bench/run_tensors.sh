@@ -4,8 +4,8 @@
 # four tables; exits non-zero if any script failed or any value disagreed.
 #
 #   bench/run_tensors.sh                        (from anywhere; about 8-12 minutes)
-#   ALSO_FEATURES=blas bench/run_tensors.sh     (adds rows for dp built with the system OpenBLAS)
-#   FEATURES=blas bench/run_tensors.sh          (dp built with OpenBLAS only)
+#   ALSO_FEATURES=f bench/run_tensors.sh        (adds rows for dp built with cargo features f)
+#   FEATURES=f bench/run_tensors.sh             (dp built with features f only)
 #   ONLY="w2 w5" bench/run_tensors.sh           (a subset)
 #
 # Environment: ONLY, and everything ../bench/tensors_common.sh reads (DP, FEATURES,

@@ -5,7 +5,7 @@
 # The sourcing script sets HERE (its own directory) first. Environment (see bench/README.md):
 #   DP=path            dp binary (default: <repo>/target/release/dp, or <repo>/target/<features>/
 #                      release/dp when FEATURES is set; built first unless SKIP_BUILD=1)
-#   FEATURES=blas      cargo features of the dp build (built in its own target directory, so the
+#   FEATURES=f         cargo features of the dp build (built in its own target directory, so the
 #                      default build in target/release is left alone)
 #   ALSO_FEATURES=f    a second dp row, built with features f ("default" = no features); its
 #                      binary can be given as ALSO_DP=path

@@ -3,10 +3,6 @@
 // Diagnostics are large but only ever on the cold error path; boxing them buys nothing.
 #![allow(clippy::result_large_err)]
 
-// With the `blas` feature, links the system OpenBLAS that ndarray's matrix products call.
-#[cfg(feature = "blas")]
-extern crate blas_src;
-
 pub mod ad;
 pub mod builtins;
 pub mod cli;

@@ -4,8 +4,8 @@
 # pass), PyTorch eager and JAX (jit and eager, when installed), in one run.
 #
 #   bench/w2/run.sh                  (from anywhere; about 1-2 minutes)
-#   FEATURES=blas bench/w2/run.sh    (dp built with the system OpenBLAS)
-#   ALSO_FEATURES=blas bench/w2/run.sh   (both dp builds, side by side)
+#   FEATURES=f bench/w2/run.sh       (dp built with cargo features f)
+#   ALSO_FEATURES=f bench/w2/run.sh  (both dp builds, side by side)
 #
 # dp (bench/w2/mlp.dp DATA REPS) runs the warm-up epoch 1 and then REPS copies of epoch 2 from
 # the same post-warm-up weights; seconds per epoch = (T(REPS = R) - T(REPS = 1)) / (R - 1), T the

@@ -4,8 +4,8 @@
 # gradients), PyTorch eager and JAX (jit and eager, when installed), in one run.
 #
 #   bench/w5/run.sh                  (from anywhere; about 1 minute)
-#   FEATURES=blas bench/w5/run.sh    (dp built with the system OpenBLAS)
-#   ALSO_FEATURES=blas bench/w5/run.sh   (both dp builds, side by side)
+#   FEATURES=f bench/w5/run.sh       (dp built with cargo features f)
+#   ALSO_FEATURES=f bench/w5/run.sh  (both dp builds, side by side)
 #
 # dp (bench/w5/matmul_grad.dp DATA REPS) runs 2 warm-up iterations and then REPS; seconds per
 # iteration = (T(REPS = R) - T(REPS = 1)) / (R - 1), T the median wall time of DP_RUNS

@@ -425,12 +425,12 @@ pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
         .into_shape_with_order((d.o, d.c * d.kh * d.kw))
         .map_err(|e| e.to_string())?;
     let img = d.c * d.h * d.w;
-    let mut out = Vec::with_capacity(d.n * d.o * d.oh * d.ow);
-    for n in 0..d.n {
+    let mut out = ndarray::Array3::<f32>::zeros((d.n, d.o, d.oh * d.ow));
+    for (n, out_n) in out.outer_iter_mut().enumerate() {
         let cols = im2col(&xs[n * img..(n + 1) * img], &d);
-        out.extend(wm.dot(&cols).iter().copied());
+        gemm::gemm(1.0, wm.view(), cols.view(), 0.0, out_n);
     }
-    Tensor::from_vec(&[d.n, d.o, d.oh, d.ow], out)
+    Tensor::from_vec(&[d.n, d.o, d.oh, d.ow], out.into_raw_vec_and_offset().0)
 }
 
 /// The adjoints of `conv2d` with respect to its input and its weights.
@@ -452,8 +452,9 @@ pub fn conv2d_grads(x: &Tensor, k: &Tensor, g: &Tensor) -> TResult<(Tensor, Tens
         let cols = im2col(&xs[n * img..(n + 1) * img], &d);
         let gn = ndarray::ArrayView2::from_shape((d.o, d.oh * d.ow), &gs[n * gimg..(n + 1) * gimg])
             .map_err(|e| e.to_string())?;
-        dw += &gn.dot(&cols.t());
-        let dcols = wm.t().dot(&gn);
+        gemm::gemm(1.0, gn, cols.t(), 1.0, dw.view_mut());
+        let mut dcols = ndarray::Array2::<f32>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
+        gemm::gemm(1.0, wm.t(), gn, 0.0, dcols.view_mut());
         let dxn = &mut dx[n * img..(n + 1) * img];
         for c in 0..d.c {
             for i in 0..d.kh {
