@@ -43,6 +43,18 @@ pub enum Op {
     IntToFloat,
     /// Adds a constant to the Int on top of the stack.
     AddIntK(i32),
+    // Fused forms of the commonest sequences that read locals: each saves a dispatch and the
+    // push and pop of the value read.
+    /// `Local(s); AddIntK(k)`.
+    LocalAddK(u32, i32),
+    /// `Local(s); IntBranchK(cmp, k, target)`.
+    LocalBranchK(u32, Cmp, i32, u32),
+    /// `Local(a); Local(b)` and an Int operation.
+    IntLocals(IntOp, u32, u32),
+    /// `Local(s); Return`.
+    ReturnLocal(u32),
+    /// `Local(s); MatchOrJump(pat, target)`, matching the local in place.
+    MatchLocal(u32, u32, u32),
     AddInt,
     SubInt,
     MulInt,
@@ -71,6 +83,32 @@ pub enum Op {
     MakeCon(u32, u32),
     /// Checks the shape of the value on top of the stack (see `Core::Checked`).
     CheckKind(Kind),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOp {
+    Add,
+    Sub,
+    Mul,
+}
+
+impl IntOp {
+    fn of(p: Prim) -> Option<IntOp> {
+        Some(match p {
+            Prim::Add => IntOp::Add,
+            Prim::Sub => IntOp::Sub,
+            Prim::Mul => IntOp::Mul,
+            _ => return None,
+        })
+    }
+    #[inline]
+    pub fn apply(self, a: i64, b: i64) -> i64 {
+        match self {
+            IntOp::Add => a.wrapping_add(b),
+            IntOp::Sub => a.wrapping_sub(b),
+            IntOp::Mul => a.wrapping_mul(b),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +234,14 @@ fn small_int(c: &Core) -> Option<i32> {
     }
 }
 
+/// The slot of an expression that just reads a local.
+fn local_slot(c: &Core) -> Option<u32> {
+    match c {
+        Core::Var(VarRef::Local(s), _) => Some(*s),
+        _ => None,
+    }
+}
+
 pub struct ConDesc {
     pub tag: u32,
     pub name: Rc<str>,
@@ -272,8 +318,10 @@ impl Builder<'_> {
             Op::Jump(t)
             | Op::JumpIfFalse(t)
             | Op::MatchOrJump(_, t)
+            | Op::MatchLocal(_, _, t)
             | Op::IntBranch(_, t)
-            | Op::IntBranchK(_, _, t) => *t = target,
+            | Op::IntBranchK(_, _, t)
+            | Op::LocalBranchK(_, _, _, t) => *t = target,
             _ => unreachable!("patching a non-jump"),
         }
     }
@@ -314,6 +362,12 @@ impl Builder<'_> {
                 let k = self.konst(v);
                 self.emit(Op::Const(k), span);
             }
+            // The span is the return's, as that is what a fault after it reports (a `grad`'s
+            // backward pass runs when its function returns).
+            Core::Var(VarRef::Local(s), _) if tail => {
+                self.emit(Op::ReturnLocal(*s), span);
+                return;
+            }
             Core::Var(r, sp) => self.var(*r, *sp),
             Core::Builtin(i, sp) => {
                 if crate::builtins::arity_of(*i) == 0 {
@@ -347,12 +401,7 @@ impl Builder<'_> {
                 if let Core::Var(r, _) = **f {
                     if Some(r) == self.self_ref && n == self.f.arity {
                         // A saturated call of the function to itself: a loop when in tail
-                        // position, a plain frame push otherwise (a placeholder keeps the
-                        // callee slot of the frame layout).
-                        if !tail {
-                            let k = self.konst(Value::Unit);
-                            self.emit(Op::Const(k), *sp);
-                        }
+                        // position, a frame push without a callee slot otherwise.
                         for a in args {
                             self.expr(a, false, *sp);
                         }
@@ -419,9 +468,8 @@ impl Builder<'_> {
                 self.emit(Op::StoreLocal(*slot), *sp);
                 let mut ends = Vec::new();
                 for (p, body) in arms {
-                    self.emit(Op::Local(*slot), *sp);
                     let pi = self.pat(p);
-                    let j = self.emit(Op::MatchOrJump(pi, 0), *sp);
+                    let j = self.emit(Op::MatchLocal(*slot, pi, 0), *sp);
                     self.expr(body, tail, *sp);
                     ends.push(self.emit(Op::Jump(0), *sp));
                     let next = self.here();
@@ -457,37 +505,11 @@ impl Builder<'_> {
                 self.patch(done, end);
                 return;
             }
-            Core::Prim(p @ (Prim::Add | Prim::Sub), args, ty, sp)
-                if self.num_kind(ty) == NumKind::Int && small_int(&args[1]).is_some() =>
-            {
-                self.expr(&args[0], false, *sp);
-                let k = small_int(&args[1]).unwrap_or(0);
-                self.emit(Op::AddIntK(if *p == Prim::Sub { -k } else { k }), *sp);
-            }
             Core::Prim(p, args, ty, sp) => {
-                for a in args {
-                    self.expr(a, false, *sp);
-                }
                 let kind = self.num_kind(ty);
-                let op = match (p, kind) {
-                    (Prim::Add, NumKind::Int) => Op::AddInt,
-                    (Prim::Sub, NumKind::Int) => Op::SubInt,
-                    (Prim::Mul, NumKind::Int) => Op::MulInt,
-                    (Prim::Lt, NumKind::Int) => Op::LtInt,
-                    (Prim::Le, NumKind::Int) => Op::LeInt,
-                    (Prim::Gt, NumKind::Int) => Op::GtInt,
-                    (Prim::Ge, NumKind::Int) => Op::GeInt,
-                    (Prim::Eq, NumKind::Int) => Op::EqInt,
-                    (Prim::Add, NumKind::Float) => Op::AddFloat,
-                    (Prim::Sub, NumKind::Float) => Op::SubFloat,
-                    (Prim::Mul, NumKind::Float) => Op::MulFloat,
-                    (Prim::Div, NumKind::Float) => Op::DivFloat,
-                    (Prim::Lt, NumKind::Float) => Op::LtFloat,
-                    (Prim::Gt, NumKind::Float) => Op::GtFloat,
-                    _ if args.len() == 1 => Op::Prim1(*p),
-                    _ => Op::Prim2(*p),
-                };
-                self.emit(op, *sp);
+                if kind != NumKind::Int || !self.fused_int(*p, args, *sp) {
+                    self.prim(*p, args, kind, *sp);
+                }
             }
             Core::Tuple(es) => {
                 for a in es {
@@ -543,11 +565,66 @@ impl Builder<'_> {
         }
     }
 
+    /// Int arithmetic on a local and a small constant, or on two locals, as one instruction.
+    /// Returns false, emitting nothing, for anything else.
+    fn fused_int(&mut self, p: Prim, args: &[Core], sp: Span) -> bool {
+        let [a, b] = args else { return false };
+        match (p, local_slot(a), local_slot(b), small_int(b)) {
+            (Prim::Add | Prim::Sub, slot, _, Some(k)) => {
+                let k = if p == Prim::Sub { -k } else { k };
+                match slot {
+                    Some(s) => self.emit(Op::LocalAddK(s, k), sp),
+                    None => {
+                        self.expr(a, false, sp);
+                        self.emit(Op::AddIntK(k), sp)
+                    }
+                };
+                true
+            }
+            (_, Some(x), Some(y), _) => match IntOp::of(p) {
+                Some(op) => {
+                    self.emit(Op::IntLocals(op, x, y), sp);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    fn prim(&mut self, p: Prim, args: &[Core], kind: NumKind, sp: Span) {
+        for a in args {
+            self.expr(a, false, sp);
+        }
+        let op = match (p, kind) {
+            (Prim::Add, NumKind::Int) => Op::AddInt,
+            (Prim::Sub, NumKind::Int) => Op::SubInt,
+            (Prim::Mul, NumKind::Int) => Op::MulInt,
+            (Prim::Lt, NumKind::Int) => Op::LtInt,
+            (Prim::Le, NumKind::Int) => Op::LeInt,
+            (Prim::Gt, NumKind::Int) => Op::GtInt,
+            (Prim::Ge, NumKind::Int) => Op::GeInt,
+            (Prim::Eq, NumKind::Int) => Op::EqInt,
+            (Prim::Add, NumKind::Float) => Op::AddFloat,
+            (Prim::Sub, NumKind::Float) => Op::SubFloat,
+            (Prim::Mul, NumKind::Float) => Op::MulFloat,
+            (Prim::Div, NumKind::Float) => Op::DivFloat,
+            (Prim::Lt, NumKind::Float) => Op::LtFloat,
+            (Prim::Gt, NumKind::Float) => Op::GtFloat,
+            _ if args.len() == 1 => Op::Prim1(p),
+            _ => Op::Prim2(p),
+        };
+        self.emit(op, sp);
+    }
+
     /// Emits a condition and a jump taken when it is false; returns the jump to patch.
     /// Int comparisons fuse with the branch.
     fn condition(&mut self, c: &Core, span: Span) -> usize {
         if let Core::Prim(p, args, ty, sp) = c {
             if let (Some(cmp), NumKind::Int) = (Cmp::of(*p), self.num_kind(ty)) {
+                if let (Some(s), Some(k)) = (local_slot(&args[0]), small_int(&args[1])) {
+                    return self.emit(Op::LocalBranchK(s, cmp, k, 0), *sp);
+                }
                 self.expr(&args[0], false, *sp);
                 if let Some(k) = small_int(&args[1]) {
                     return self.emit(Op::IntBranchK(cmp, k, 0), *sp);

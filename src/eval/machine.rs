@@ -20,8 +20,9 @@ use std::sync::Arc;
 /// Frames of a segment's control stack.
 #[derive(Clone)]
 pub enum Frame {
-    /// A dp function waiting for a callee to return.
-    Dp { clo: Rc<Closure>, pc: u32, base: u32 },
+    /// A dp function waiting for a callee to return: where it resumes, and its `base` and
+    /// `floor` (see `Machine::exec`).
+    Dp { clo: Rc<Closure>, pc: u32, base: u32, floor: u32 },
     /// Over-application: apply the returned function to these arguments.
     ApplyRest(Box<(Vec<Value>, Span)>),
     /// `jvp`: split the returned value into primal and tangent of this tag.
@@ -77,7 +78,8 @@ enum Action {
 }
 
 enum Next {
-    Run(Rc<Closure>, usize, usize),
+    /// Closure, pc, base, floor.
+    Run(Rc<Closure>, usize, usize, usize),
     Done(Value),
 }
 
@@ -167,7 +169,7 @@ impl Machine {
         self.stack.push(Value::Closure(clo.clone()));
         let nlocals = clo.func.nlocals as usize;
         self.stack.resize(1 + nlocals, Value::Unit);
-        let r = self.exec(clo, 0, 1);
+        let r = self.exec(clo, 0, 1, 0);
         let _ = self.out.flush();
         if r.is_err() {
             self.stack.clear();
@@ -217,7 +219,42 @@ impl Machine {
         self.stack.pop().unwrap_or_default()
     }
 
-    fn exec(&mut self, mut clo: Rc<Closure>, mut pc: usize, mut base: usize) -> Result<Value, Diagnostic> {
+    /// Shortens the value stack to `len`. Immediates on top go without a call to the drop
+    /// glue of `Value` (out of line, and returns and tail calls mostly drop Ints); the rest
+    /// are dropped by `truncate`, oldest first, the order in which the allocator best reuses
+    /// what they free.
+    #[inline]
+    fn cut(&mut self, len: usize) {
+        while self.stack.len() > len && self.stack.last().is_some_and(Value::is_immediate) {
+            if let Some(v) = self.stack.pop() {
+                std::mem::forget(v);
+            }
+        }
+        if self.stack.len() > len {
+            self.stack.truncate(len);
+        }
+    }
+
+    /// Makes room for a frame's locals beyond its arguments (most functions have none).
+    #[inline]
+    fn grow_locals(&mut self, len: usize) {
+        let missing = len.saturating_sub(self.stack.len());
+        if missing > 0 {
+            // Not `resize`, an out-of-line call.
+            self.stack.extend(std::iter::repeat_n(Value::Unit, missing));
+        }
+    }
+
+    /// Runs `clo` from `pc`. Its locals (arguments first) start at `stack[base]`; when it
+    /// returns, the stack is cut back to `floor`, which is `base - 1` when the callee slot
+    /// below the arguments belongs to the frame and `base` for self calls, which have none.
+    fn exec(
+        &mut self,
+        mut clo: Rc<Closure>,
+        mut pc: usize,
+        mut base: usize,
+        mut floor: usize,
+    ) -> Result<Value, Diagnostic> {
         macro_rules! fault {
             ($e:expr) => {
                 return Err(self.locate($e, &clo, pc))
@@ -234,15 +271,22 @@ impl Machine {
         macro_rules! goto {
             ($next:expr) => {
                 match $next {
-                    Ok(Next::Run(c, p, b)) => {
+                    Ok(Next::Run(c, p, b, f)) => {
                         clo = c;
                         pc = p;
                         base = b;
+                        floor = f;
                         continue;
                     }
                     Ok(Next::Done(v)) => return Ok(v),
                     Err(f) => fault!(f),
                 }
+            };
+        }
+        // The running function's state, saved while a callee runs.
+        macro_rules! frame {
+            ($clo:expr) => {
+                Frame::Dp { clo: $clo, pc: pc as u32, base: base as u32, floor: floor as u32 }
             };
         }
         // Every call checks for Ctrl-C and spends fuel, so any loop can be interrupted.
@@ -270,23 +314,31 @@ impl Machine {
         }
         macro_rules! int2 {
             ($f:expr) => {{
-                let b = self.pop();
-                match (self.stack.last_mut(), b) {
-                    (Some(a @ Value::Int(_)), Value::Int(y)) => {
-                        let Value::Int(x) = *a else { unreachable!() };
-                        *a = $f(x, y);
+                let n = self.stack.len();
+                match self.stack.get(n.wrapping_sub(2)..) {
+                    Some(&[Value::Int(x), Value::Int(y)]) => {
+                        self.cut(n - 1);
+                        if let Some(top) = self.stack.last_mut() {
+                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                        }
                     }
-                    (_, b) => fault!(Fault::new(format!("internal: integer operation on {}", b.type_name()))),
+                    _ => fault!(Fault::new("internal: integer operation on non-integers")),
                 }
             }};
         }
         macro_rules! float2 {
             ($p:expr, $f:expr) => {{
-                let b = self.pop();
-                let a = self.pop();
-                match (&a, &b) {
-                    (Value::Float(x), Value::Float(y)) => self.stack.push($f(*x, *y)),
+                let n = self.stack.len();
+                match self.stack.get(n.wrapping_sub(2)..) {
+                    Some(&[Value::Float(x), Value::Float(y)]) => {
+                        self.cut(n - 1);
+                        if let Some(top) = self.stack.last_mut() {
+                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                        }
+                    }
                     _ => {
+                        let b = self.pop();
+                        let a = self.pop();
                         let v = tryf!(self.prim2($p, a, b));
                         self.stack.push(v)
                     }
@@ -338,26 +390,19 @@ impl Machine {
                         {
                             if tail {
                                 // Reuse the frame: slide callee and arguments down over it.
-                                let dst = base - 1;
+                                let dst = floor;
                                 for i in 0..=n {
                                     self.stack.swap(dst + i, fpos + i);
                                 }
-                                self.stack.truncate(dst + n + 1);
+                                self.cut(dst + n + 1);
                                 base = dst + 1;
                             } else {
-                                if self.depth() >= self.stack_limit {
-                                    fault!(Fault::new(format!(
-                                        "stack limit exceeded ({} nested calls)",
-                                        self.stack_limit
-                                    ))
-                                    .help(
-                                        "a recursion that never ends? otherwise raise the limit with `--stack-limit`"
-                                    ));
-                                }
-                                self.frames.push(Frame::Dp { clo, pc: pc as u32, base: base as u32 });
+                                depth_limit!();
+                                push_fresh(&mut self.frames, || frame!(clo));
+                                floor = fpos;
                                 base = fpos + 1;
                             }
-                            self.stack.resize(base + c.func.nlocals as usize, Value::Unit);
+                            self.grow_locals(base + c.func.nlocals as usize);
                             clo = c;
                             pc = 0;
                             continue;
@@ -367,9 +412,9 @@ impl Machine {
                     let f = self.pop();
                     let span = clo.func.spans[pc - 1];
                     if tail {
-                        self.stack.truncate(base - 1);
+                        self.cut(floor);
                     } else {
-                        self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
+                        self.frames.push(frame!(clo.clone()));
                     }
                     goto!(self.resume(Action::Apply(f, args, span)));
                 }
@@ -381,16 +426,21 @@ impl Machine {
                     for i in 0..n {
                         self.stack.swap(base + i, first + i);
                     }
-                    self.stack.truncate(base + n);
-                    self.stack.resize(base + clo.func.nlocals as usize, Value::Unit);
+                    let top = base + clo.func.nlocals as usize;
+                    self.cut(top);
+                    for v in &mut self.stack[base + n..] {
+                        super::value::discard(std::mem::take(v));
+                    }
+                    self.grow_locals(top);
                     pc = 0;
                 }
                 Op::CallSelf(n) => {
                     budget!();
                     depth_limit!();
-                    self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
+                    push_fresh(&mut self.frames, || frame!(clo.clone()));
                     base = self.stack.len() - n as usize;
-                    self.stack.resize(base + clo.func.nlocals as usize, Value::Unit);
+                    floor = base;
+                    self.grow_locals(base + clo.func.nlocals as usize);
                     pc = 0;
                 }
                 Op::CallBuiltin(i) => {
@@ -402,21 +452,27 @@ impl Machine {
                     match tryf!(self.builtin(i, args)) {
                         BuiltinOut::Value(v) => self.stack.push(v),
                         BuiltinOut::Control(c) => {
-                            self.frames.push(Frame::Dp { clo: clo.clone(), pc: pc as u32, base: base as u32 });
+                            self.frames.push(frame!(clo.clone()));
                             let span = clo.func.spans[pc - 1];
                             goto!(self.control(c, span));
                         }
                     }
                 }
-                Op::Return => {
-                    let v = self.pop();
-                    self.stack.truncate(base - 1);
+                Op::Return | Op::ReturnLocal(_) => {
+                    let v = match op {
+                        Op::ReturnLocal(s) => std::mem::take(&mut self.stack[base + s as usize]),
+                        _ => self.pop(),
+                    };
+                    self.cut(floor);
                     if let Some(Frame::Dp { .. }) = self.frames.last() {
-                        let Some(Frame::Dp { clo: c, pc: p, base: b }) = self.frames.pop() else { unreachable!() };
+                        let Some(Frame::Dp { clo: c, pc: p, base: b, floor: f }) = self.frames.pop() else {
+                            unreachable!()
+                        };
                         self.stack.push(v);
                         clo = c;
                         pc = p as usize;
                         base = b as usize;
+                        floor = f as usize;
                         continue;
                     }
                     goto!(self.resume(Action::Return(v)));
@@ -433,6 +489,18 @@ impl Machine {
                 Op::MatchOrJump(p, t) => {
                     let v = self.pop();
                     if !match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base) {
+                        pc = t as usize;
+                    }
+                }
+                Op::MatchLocal(s, p, t) => {
+                    // Taken out while matching rather than cloned: no reference count traffic.
+                    // The pattern's bindings never land in the scrutinee's own slot (the
+                    // checker never reuses a slot within a function).
+                    let slot = base + s as usize;
+                    let v = std::mem::take(&mut self.stack[slot]);
+                    let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
+                    super::value::discard(std::mem::replace(&mut self.stack[slot], v));
+                    if !ok {
                         pc = t as usize;
                     }
                 }
@@ -478,6 +546,22 @@ impl Machine {
                 Op::AddIntK(k) => match self.stack.last_mut() {
                     Some(Value::Int(x)) => *x = x.wrapping_add(k as i64),
                     _ => fault!(Fault::new("internal: integer addition on a non-integer")),
+                },
+                Op::LocalAddK(s, k) => match self.stack[base + s as usize] {
+                    Value::Int(x) => push_fresh(&mut self.stack, || Value::Int(x.wrapping_add(k as i64))),
+                    _ => fault!(Fault::new("internal: integer addition on a non-integer")),
+                },
+                Op::LocalBranchK(s, cmp, k, t) => match self.stack[base + s as usize] {
+                    Value::Int(x) => {
+                        if !cmp.holds(x, k as i64) {
+                            pc = t as usize;
+                        }
+                    }
+                    _ => fault!(Fault::new("internal: integer comparison on a non-integer")),
+                },
+                Op::IntLocals(iop, a, b) => match (&self.stack[base + a as usize], &self.stack[base + b as usize]) {
+                    (&Value::Int(x), &Value::Int(y)) => push_fresh(&mut self.stack, || Value::Int(iop.apply(x, y))),
+                    _ => fault!(Fault::new("internal: integer operation on non-integers")),
                 },
                 Op::AddInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_add(y))),
                 Op::SubInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
@@ -566,9 +650,9 @@ impl Machine {
         loop {
             action = match action {
                 Action::Return(v) => match self.frames.pop() {
-                    Some(Frame::Dp { clo, pc, base }) => {
+                    Some(Frame::Dp { clo, pc, base, floor }) => {
                         self.stack.push(v);
-                        return Ok(Next::Run(clo, pc as usize, base as usize));
+                        return Ok(Next::Run(clo, pc as usize, base as usize, floor as usize));
                     }
                     Some(Frame::ApplyRest(rest)) => {
                         let (args, span) = *rest;
@@ -599,9 +683,9 @@ impl Machine {
                             self.stack.push(Value::Closure(c.clone()));
                             let base = self.stack.len();
                             self.stack.extend(args);
-                            self.stack.resize(base + c.func.nlocals as usize, Value::Unit);
+                            self.grow_locals(base + c.func.nlocals as usize);
                             // The callee returns through a Dp frame of its caller, already pushed.
-                            return Ok(Next::Run(c, 0, base));
+                            return Ok(Next::Run(c, 0, base, base - 1));
                         }
                     }
                     Value::Builtin(i) => {
@@ -954,6 +1038,15 @@ impl Machine {
             other => ad::apply_un(self, op, other),
         }
     }
+}
+
+/// `Vec::push` of a value built only once there is room for it. A value built beforehand
+/// lives in a stack temporary, as it must be dropped should growing panic: written by parts
+/// and read back whole at once, which the CPU cannot forward from its store buffer, a stall
+/// on every push.
+#[inline(always)]
+fn push_fresh<T>(v: &mut Vec<T>, f: impl FnOnce() -> T) {
+    v.extend(std::iter::once_with(f))
 }
 
 fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bool {

@@ -49,7 +49,24 @@ impl Clone for Value {
     }
 }
 
+/// Drops a value, testing inline for an immediate (which needs nothing): the generic drop
+/// glue is an out-of-line call even for an Int.
+#[inline(always)]
+pub fn discard(v: Value) {
+    if v.is_immediate() {
+        std::mem::forget(v)
+    } else {
+        drop(v)
+    }
+}
+
 impl Value {
+    /// Holds no heap reference.
+    #[inline(always)]
+    pub fn is_immediate(&self) -> bool {
+        matches!(self, Value::Unit | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Nil | Value::Builtin(_))
+    }
+
     #[inline(never)]
     fn clone_heap(&self) -> Value {
         match self {
