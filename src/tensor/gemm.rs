@@ -11,9 +11,10 @@
 //! persistent thread pool (`DP_NUM_THREADS`, default: all cores); each thread owns a disjoint
 //! range of C's rows or columns, so no two threads write the same element.
 //!
-//! Matrix-vector products, rank-1 updates (k = 1) and products with a single row or column
-//! never pack and never touch the pool: their cost is a few passes over memory, so the fixed
-//! overhead is what matters.
+//! Small products (m·n·k up to 128³) with row-major B and C skip packing: B is read straight
+//! from cache by a 4-row × 64-column kernel. Matrix-vector products, rank-1 updates (k = 1)
+//! and products with a single row or column never pack and never touch the pool: their cost is
+//! a few passes over memory, so the fixed overhead is what matters.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -44,9 +45,10 @@ const PAR_MIN_FLOPS_AWAKE: f64 = 5.0e5;
 /// about 10 µs on a VM, worth it only when the product is several times longer.
 const PAR_MIN_FLOPS_ASLEEP: f64 = 2.0e7;
 
-/// Up to this m·n·k, with B and C row-major, a product skips packing: B (then at most a few
-/// tens of KB) is read straight from cache.
-const SMALL_MAX_MNK: f64 = 128.0 * 128.0 * 128.0;
+/// Up to this m·n·k (with C row-major) a product skips packing and reads B straight from
+/// cache: packing costs more than it saves at these sizes (2× at 48³, ~10% at 128³).
+#[cfg(target_arch = "x86_64")]
+const SMALL_MAX_MNK: usize = 128 * 128 * 128;
 
 /// The instruction sets with a kernel of their own, ordered by preference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,9 +60,23 @@ enum Isa {
 }
 
 impl Isa {
+    /// The best set the CPU has, or a lower one named by `DP_GEMM_ISA` (`avx512`, `avx2`,
+    /// `portable`: for comparing kernels; a set the CPU lacks is ignored).
     fn detect() -> Isa {
         static ISA: OnceLock<Isa> = OnceLock::new();
         *ISA.get_or_init(|| {
+            let best = Isa::best();
+            match std::env::var("DP_GEMM_ISA").as_deref() {
+                Ok("portable") => Isa::Portable,
+                Ok("avx2") => Isa::Avx2.min(best),
+                _ => best,
+            }
+        })
+    }
+
+    fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
                 if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
@@ -77,7 +93,7 @@ impl Isa {
     /// Never more than the CPU has: this is what makes it sound to call the kernels of the
     /// returned set, whatever a caller (a test) asked for.
     fn clamp(self) -> Isa {
-        self.min(Isa::detect())
+        self.min(Isa::best())
     }
 }
 
@@ -111,10 +127,10 @@ struct MatMut {
     cs: isize,
 }
 
-// SAFETY: `Mat` is only read through, and the views it came from outlive every thread that
-// uses it (the pool joins before `gemm` returns). `MatMut` is shared, but every thread is
-// handed a disjoint range of rows or columns, so no element is written twice or read while
-// another thread writes it.
+// SAFETY: `Mat` is only read through, and every use on another thread ends before `gemm`
+// returns, while the views it came from are still borrowed (see `pool::Claims`). `MatMut` is
+// shared, but each chunk of work gets a disjoint range of rows or columns, so no element is
+// written twice or read while another thread writes it.
 unsafe impl Send for Mat {}
 unsafe impl Sync for Mat {}
 unsafe impl Send for MatMut {}
@@ -241,22 +257,23 @@ fn gemm_with(
         c: MatMut { ptr: c.as_mut_ptr(), rs: crs, cs: ccs },
     };
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512
-        && unit(n, p.b.cs)
-        && unit(n, p.c.cs)
-        && ((m * n * k) as f64) <= std::env::var("SMALL").ok().and_then(|s| s.parse().ok()).unwrap_or(SMALL_MAX_MNK)
-    {
-        // Rows of C are independent and nothing is packed, so threads split the rows.
-        return split(p, threads, false, 1, 4, |p, rows, _| {
-            let q = Problem {
-                m: rows.len(),
-                a: Mat { ptr: p.a.addr(rows.start, 0), ..p.a },
-                c: MatMut { ptr: p.c.addr(rows.start, 0), ..p.c },
-                ..*p
-            };
-            // SAFETY: AVX-512F is present (`isa` is clamped); `q` is a block of rows of the
-            // views, B and C with unit column stride.
-            unsafe { x86::small_avx512(q) }
+    if isa == Isa::Avx512 && unit(n, p.c.cs) && m.saturating_mul(n).saturating_mul(k) <= SMALL_MAX_MNK {
+        if unit(n, p.b.cs) {
+            return small(p, threads);
+        }
+        // A transposed (or strided) B is copied to row-major once: k·n floats against m·k·n
+        // FMAs, and the product then needs no packing at all.
+        return with_scratch(k * n, |bt| {
+            if unit(k, p.b.rs) {
+                // SAFETY: AVX-512F is present; the n columns of B are k contiguous floats each.
+                unsafe { x86::pack_lines_avx512(bt, p.b.ptr, p.b.cs, n, n, k) };
+            } else {
+                for (i, d) in bt.iter_mut().enumerate() {
+                    // SAFETY: (i / n, i % n) is inside B.
+                    *d = unsafe { p.b.at(i / n, i % n) };
+                }
+            }
+            small(Problem { b: Mat { ptr: bt.as_ptr(), rs: n as isize, cs: 1 }, ..p }, threads)
         });
     }
     match isa {
@@ -266,6 +283,25 @@ fn gemm_with(
         Isa::Avx2 => run_packed::<x86::Avx2>(p, threads),
         _ => run_packed::<Portable>(p, threads),
     }
+}
+
+/// The unpacked AVX-512 product (B and C with unit column stride; see `SMALL_MAX_MNK`).
+#[cfg(target_arch = "x86_64")]
+fn small(p: Problem, threads: usize) {
+    // Nothing is packed, so splitting duplicates no work.
+    split(p, threads, false, 16, 4, |p, rows, cols| {
+        let q = Problem {
+            m: rows.len(),
+            n: cols.len(),
+            a: Mat { ptr: p.a.addr(rows.start, 0), ..p.a },
+            b: Mat { ptr: p.b.addr(0, cols.start), ..p.b },
+            c: MatMut { ptr: p.c.addr(rows.start, cols.start), ..p.c },
+            ..*p
+        };
+        // SAFETY: only reached with AVX-512F present (`isa` is clamped); `q` is a block of the
+        // views, B and C with unit column stride.
+        unsafe { x86::small_avx512(q) }
+    });
 }
 
 fn scale(beta: f32, mut c: ndarray::ArrayViewMutD<f32>) {
@@ -335,11 +371,7 @@ fn run_packed_as_is<K: Kernel>(p: Problem, threads: usize) {
     let slow = if K::AVX512_PACK { 1 } else { 3 };
     let cost_a = if unit(p.m, p.a.rs) { 1 } else { slow } * p.m;
     let cost_b = if unit(p.n, p.b.cs) { 1 } else { slow } * p.n;
-    let split_n = match std::env::var("SPLIT").as_deref() {
-        Ok("n") => true,
-        Ok("m") => false,
-        _ => cost_a <= cost_b,
-    };
+    let split_n = cost_a <= cost_b;
     split(p, threads, split_n, K::NR, K::MR, packed_block::<K>);
 }
 
@@ -356,10 +388,9 @@ fn split(
     body: fn(&Problem, Range<usize>, Range<usize>),
 ) {
     let flops = 2.0 * p.m as f64 * p.n as f64 * p.k as f64;
-    let asleep: f64 = std::env::var("PARMIN").ok().and_then(|s| s.parse().ok()).unwrap_or(PAR_MIN_FLOPS_ASLEEP);
-    let awake: f64 = std::env::var("PARMINW").ok().and_then(|s| s.parse().ok()).unwrap_or(PAR_MIN_FLOPS_AWAKE);
-    let wake = flops >= asleep;
-    let want = if threads <= 1 || flops < awake {
+    let flops = if force_parallel() { f64::INFINITY } else { flops };
+    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
+    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
         1
     } else if wake {
         threads
@@ -586,6 +617,13 @@ impl Kernel for Portable {
 /// c = alpha * a ⊗ b + beta * c (the k = 1 product).
 fn rank1(isa: Isa, alpha: f32, a: ArrayView1<f32>, b: ArrayView1<f32>, beta: f32, mut c: ArrayViewMut2<f32>) {
     let bs = b.as_slice();
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::Avx512, Some(bs), true) = (isa, bs, unit(c.ncols(), c.strides()[1])) {
+        let cm = MatMut { ptr: c.as_mut_ptr(), rs: c.strides()[0], cs: 1 };
+        // SAFETY: AVX-512F is present (`isa` is clamped); `cm` is c, whose rows are contiguous
+        // and as long as `bs`.
+        return unsafe { x86::rank1_avx512(alpha, a, bs, beta, cm) };
+    }
     for (mut row, &ai) in c.rows_mut().into_iter().zip(a.iter()) {
         let s = alpha * ai;
         match (row.as_slice_mut(), bs) {
@@ -600,9 +638,7 @@ fn axpby(isa: Isa, s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
     match isa {
         // SAFETY: `isa` never exceeds what the CPU supports (`Isa::clamp`).
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::axpby_avx512(s, x, beta, y) },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::axpby_avx2(s, x, beta, y) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { x86::axpby_avx2(s, x, beta, y) },
         _ => axpby_body::<false>(s, x, beta, y),
     }
 }
@@ -755,11 +791,52 @@ mod x86 {
     // Plain-Rust bodies compiled for wider vectors. `inline(always)` on the bodies makes them
     // part of these functions, so they are vectorised with the enabled features.
 
+    /// c[i, :] = alpha * a[i] * b + beta * c[i, :] for every row: the k = 1 product, one
+    /// call for the whole matrix so short rows pay no per-row dispatch.
+    ///
     /// # Safety
-    /// The CPU supports AVX-512F and FMA.
+    /// The CPU supports AVX-512F and FMA; `c` has a.len() rows of b.len() contiguous floats.
     #[target_feature(enable = "avx512f,fma")]
-    pub(super) unsafe fn axpby_avx512(s: f32, x: &[f32], beta: f32, y: &mut [f32]) {
-        super::axpby_body::<true>(s, x, beta, y)
+    pub(super) unsafe fn rank1_avx512(alpha: f32, a: ndarray::ArrayView1<f32>, b: &[f32], beta: f32, c: MatMut) {
+        #[inline(always)]
+        unsafe fn rows<const MODE: u8>(alpha: f32, a: ndarray::ArrayView1<f32>, b: &[f32], beta: f32, c: MatMut) {
+            for (i, &ai) in a.iter().enumerate() {
+                axpby::<MODE>(alpha * ai, b.as_ptr(), beta, c.addr(i, 0), b.len());
+            }
+        }
+        match beta {
+            0.0 => rows::<0>(alpha, a, b, beta, c),
+            1.0 => rows::<1>(alpha, a, b, beta, c),
+            _ => rows::<2>(alpha, a, b, beta, c),
+        }
+    }
+
+    /// y = s * x + beta * y; MODE 0: beta = 0 (y not read), 1: beta = 1, 2: any other beta.
+    #[inline(always)]
+    unsafe fn axpby<const MODE: u8>(s: f32, xp: *const f32, beta: f32, yp: *mut f32, n: usize) {
+        let (vs, vb) = (_mm512_set1_ps(s), _mm512_set1_ps(beta));
+        let step = |xv, yv| match MODE {
+            0 => _mm512_mul_ps(vs, xv),
+            1 => _mm512_fmadd_ps(vs, xv, yv),
+            _ => _mm512_fmadd_ps(vs, xv, _mm512_mul_ps(vb, yv)),
+        };
+        let mut i = 0;
+        while i + 16 <= n {
+            let yv = if MODE == 0 { _mm512_setzero_ps() } else { _mm512_loadu_ps(yp.add(i)) };
+            _mm512_storeu_ps(yp.add(i), step(_mm512_loadu_ps(xp.add(i)), yv));
+            i += 16;
+        }
+        // Scalar, not a masked vector: the next row of C often starts in the same cache
+        // line, and a load that overlaps a pending masked store cannot be forwarded from it
+        // (a stall of tens of cycles per row).
+        for i in i..n {
+            let (x, y) = (*xp.add(i), yp.add(i));
+            *y = match MODE {
+                0 => s * x,
+                1 => s.mul_add(x, *y),
+                _ => s.mul_add(x, beta * *y),
+            };
+        }
     }
 
     /// # Safety
@@ -867,10 +944,11 @@ mod x86 {
                 }
             }
         } else {
+            const { assert!(MR * NV * 16 <= 512) };
             let mut t = [0.0f32; 512];
             for (i, acc) in acc.iter().enumerate() {
-                for v in 0..NV {
-                    _mm512_storeu_ps(t.as_mut_ptr().add(i * NV * 16 + v * 16), acc[v]);
+                for (v, &x) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(t.as_mut_ptr().add(i * NV * 16 + v * 16), x);
                 }
             }
             store_tile(&t, NV * 16, alpha, beta, c, rs, cs, mr, nr);
@@ -975,18 +1053,31 @@ mod x86 {
     #[inline(always)]
     unsafe fn small_cols<const NV: usize>(p: super::Problem) {
         let mask: [u16; NV] = std::array::from_fn(|v| ((1u32 << p.n.saturating_sub(v * 16).min(16)) - 1) as u16);
+        // At least twelve accumulators in flight, whatever the width: a narrow C (n = 10)
+        // would otherwise wait on FMA latency.
         let mut i = 0;
-        while i + 4 <= p.m {
-            small_rows::<4, NV>(&p, i, &mask);
-            i += 4;
+        match NV {
+            1 => i = small_rows_while::<12, NV>(&p, i, &mask),
+            2 => i = small_rows_while::<6, NV>(&p, i, &mask),
+            _ => {}
         }
-        if i + 2 <= p.m {
-            small_rows::<2, NV>(&p, i, &mask);
-            i += 2;
+        i = small_rows_while::<4, NV>(&p, i, &mask);
+        i = small_rows_while::<2, NV>(&p, i, &mask);
+        small_rows_while::<1, NV>(&p, i, &mask);
+    }
+
+    /// Blocks of R rows from row i on while R rows remain; returns the first row not done.
+    #[inline(always)]
+    unsafe fn small_rows_while<const R: usize, const NV: usize>(
+        p: &super::Problem,
+        mut i: usize,
+        mask: &[u16; NV],
+    ) -> usize {
+        while i + R <= p.m {
+            small_rows::<R, NV>(p, i, mask);
+            i += R;
         }
-        if i < p.m {
-            small_rows::<1, NV>(&p, i, &mask);
-        }
+        i
     }
 
     #[inline(always)]
@@ -1099,8 +1190,9 @@ mod x86 {
                     acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, rows[r].add(full * 16)), xv, acc[r]);
                 }
             }
-            for (r, &acc) in acc.iter().enumerate() {
-                super::store_y(y, i + r, alpha * _mm512_reduce_add_ps(acc), beta);
+            let sums = hsum8(&acc);
+            for (r, &d) in sums.iter().enumerate() {
+                super::store_y(y, i + r, alpha * d, beta);
             }
             i += R;
         }
@@ -1123,6 +1215,27 @@ mod x86 {
             super::store_y(y, i, alpha * _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)), beta);
             i += 1;
         }
+    }
+
+    /// The eight horizontal sums of `v`, as a tree of shuffles shared by all eight (a third of
+    /// the work of eight separate reductions, which dominate when rows are short).
+    #[inline(always)]
+    unsafe fn hsum8(v: &[__m512; 8]) -> [f32; 8] {
+        // Pairs: per 128-bit lane, [x0+x2, y0+y2, x1+x3, y1+y3].
+        let pair = |x, y| _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
+        let (t0, t1, t2, t3) = (pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+        // Quads: per 128-bit lane, the lane's sum of each of four vectors.
+        let quad = |x, y| {
+            let (x, y) = (_mm512_castps_pd(x), _mm512_castps_pd(y));
+            _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)))
+        };
+        let (u0, u1) = (quad(t0, t1), quad(t2, t3));
+        // Lanes [u0.0+u0.1, u0.2+u0.3, u1.0+u1.1, u1.2+u1.3], then fold neighbouring lanes.
+        let w = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(u0, u1), _mm512_shuffle_f32x4::<0xdd>(u0, u1));
+        let w = _mm512_add_ps(w, _mm512_shuffle_f32x4::<0xb1>(w, w));
+        let mut out = [0.0f32; 16];
+        _mm512_storeu_ps(out.as_mut_ptr(), w);
+        [out[0], out[1], out[2], out[3], out[8], out[9], out[10], out[11]]
     }
 
     /// Column-major gemv: a 128-row block of y lives in eight zmm registers while every column
@@ -1349,10 +1462,26 @@ mod pool {
     }
 }
 
+/// Tests may split even tiny products over the pool, to cover every path's threading.
+#[cfg(not(test))]
+fn force_parallel() -> bool {
+    false
+}
+
+#[cfg(test)]
+fn force_parallel() -> bool {
+    tests::FORCE_PARALLEL.with(std::cell::Cell::get)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ndarray::{s, Array1, Array2, ShapeBuilder};
+    use std::cell::Cell;
+
+    thread_local! {
+        pub(super) static FORCE_PARALLEL: Cell<bool> = const { Cell::new(false) };
+    }
 
     /// A tiny deterministic generator: values in [-1, 1).
     struct Lcg(u64);
@@ -1402,7 +1531,7 @@ mod tests {
     }
 
     fn isas() -> Vec<Isa> {
-        [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= Isa::detect()).collect()
+        [Isa::Portable, Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= Isa::best()).collect()
     }
 
     /// |got - want| <= tol * (|alpha| Σ|a||b| + |beta c|): f32 rounding grows with k.
@@ -1559,6 +1688,47 @@ mod tests {
     }
 
     #[test]
+    fn gemm_forced_parallel_all_paths() {
+        // Every size through the pool: the unpacked small path, thin (flipped) products, edges.
+        FORCE_PARALLEL.with(|f| f.set(true));
+        let mut rng = Lcg(11);
+        let shapes = [
+            (2, 2, 2),
+            (3, 40, 5),
+            (2, 100, 7),
+            (40, 3, 5),
+            (17, 33, 9),
+            (65, 100, 31),
+            (128, 10, 256),
+            (100, 129, 64),
+        ];
+        for isa in isas() {
+            for (i, &shape) in shapes.iter().enumerate() {
+                for threads in [2, 3] {
+                    let la = LAYOUTS[i % 5];
+                    let lb = LAYOUTS[(i + threads) % 5];
+                    let lc = [Layout::Row, Layout::Strided, Layout::Col][i % 3];
+                    run_gemm(isa, threads, shape, (la, lb, lc), 1.0, 0.5, false, &mut rng);
+                    run_gemm(isa, threads, shape, (Layout::Row, Layout::Row, Layout::Row), -1.0, 0.0, true, &mut rng);
+                    // beta != 0 catches a chunk computed twice.
+                    run_gemm(isa, threads, shape, (Layout::Col, Layout::Row, Layout::Row), 1.0, 2.0, false, &mut rng);
+                    run_gemm(
+                        isa,
+                        threads,
+                        shape,
+                        (Layout::Row, Layout::Row, Layout::Padded),
+                        1.0,
+                        2.0,
+                        false,
+                        &mut rng,
+                    );
+                }
+            }
+        }
+        FORCE_PARALLEL.with(|f| f.set(false));
+    }
+
+    #[test]
     fn gemm_from_many_threads_at_once() {
         // Callers that find the pool busy run alone; all results must still be right.
         std::thread::scope(|s| {
@@ -1614,6 +1784,7 @@ mod tests {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_gemv(
         isa: Isa,
         (m, k): (usize, usize),
