@@ -140,6 +140,10 @@ impl Mat {
     fn of(v: &ArrayView2<f32>) -> Mat {
         Mat { ptr: v.as_ptr(), rs: v.strides()[0], cs: v.strides()[1] }
     }
+    /// The transpose: the same memory with the strides swapped.
+    fn t(self) -> Mat {
+        Mat { ptr: self.ptr, rs: self.cs, cs: self.rs }
+    }
     /// # Safety
     /// (i, j) must lie inside the view this was made from.
     #[inline(always)]
@@ -433,12 +437,12 @@ fn packed_block<K: Kernel>(p: &Problem, rows: Range<usize>, cols: Range<usize>) 
             let nc = K::NC.min(cols.end - jc);
             for pc in (0..p.k).step_by(K::KC) {
                 let kc = K::KC.min(p.k - pc);
-                pack_b::<K>(bpack, p.b, pc, kc, jc, nc);
+                pack_panels::<K>(bpack, p.b.t(), jc, nc, pc, kc, K::NR);
                 // Later k blocks accumulate onto what the first one stored.
                 let beta = if pc == 0 { p.beta } else { 1.0 };
                 for ic in rows.clone().step_by(K::MC) {
                     let mc = K::MC.min(rows.end - ic);
-                    pack_a::<K>(apack, p.a, ic, mc, pc, kc);
+                    pack_panels::<K>(apack, p.a, ic, mc, pc, kc, K::MR);
                     for jr in (0..nc).step_by(K::NR) {
                         let bp = &bpack[jr * kc..][..K::NR * kc];
                         for ir in (0..mc).step_by(K::MR) {
@@ -457,10 +461,10 @@ fn packed_block<K: Kernel>(p: &Problem, rows: Range<usize>, cols: Range<usize>) 
     });
 }
 
-/// Packs A[i0.., p0..p0+kc] (mc rows) as MR-row panels, each step p holding MR consecutive
-/// floats; rows past mc are zero so the kernel needs no edge cases.
-fn pack_a<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usize, kc: usize) {
-    let mr_ = K::MR;
+/// Packs A[i0.., p0..p0+kc] (mc rows) as `mr_`-row panels, each step p holding `mr_`
+/// consecutive floats; rows past mc are zero so the kernel needs no edge cases. B's panels are
+/// the same thing for Bᵀ (`Mat::t`), with NR for the width.
+fn pack_panels<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usize, kc: usize, mr_: usize) {
     for (r, panel) in dst.chunks_exact_mut(mr_ * kc).take(mc.div_ceil(mr_)).enumerate() {
         let i = i0 + r * mr_;
         let rows = mr_.min(mc - r * mr_);
@@ -496,49 +500,6 @@ fn pack_a<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usize, k
                 for (ii, d) in d.iter_mut().enumerate() {
                     // SAFETY: (i+ii, p0+p) is inside A whenever ii < rows.
                     *d = if ii < rows { unsafe { a.at(i + ii, p0 + p) } } else { 0.0 };
-                }
-            }
-        }
-    }
-}
-
-/// Packs B[p0..p0+kc, j0..] (nc columns) as NR-column panels, each step p holding NR
-/// consecutive floats; columns past nc are zero.
-fn pack_b<K: Kernel>(dst: &mut [f32], b: Mat, p0: usize, kc: usize, j0: usize, nc: usize) {
-    let nr_ = K::NR;
-    for (r, panel) in dst.chunks_exact_mut(nr_ * kc).take(nc.div_ceil(nr_)).enumerate() {
-        let j = j0 + r * nr_;
-        let cols = nr_.min(nc - r * nr_);
-        if unit(cols, b.cs) {
-            for (p, d) in panel.chunks_exact_mut(nr_).enumerate() {
-                // SAFETY: columns j..j+cols of row p0+p are inside B and contiguous.
-                let src = unsafe { std::slice::from_raw_parts(b.addr(p0 + p, j), cols) };
-                d[..cols].copy_from_slice(src);
-                d[cols..].fill(0.0);
-            }
-        } else if unit(kc, b.rs) {
-            #[cfg(target_arch = "x86_64")]
-            if K::AVX512_PACK {
-                // SAFETY: as in `pack_a`, with columns of B as the lines.
-                unsafe { x86::pack_lines_avx512(panel, b.addr(p0, j), b.cs, cols, nr_, kc) };
-                continue;
-            }
-            // Column-major B (a transposed view): read each column contiguously.
-            for jj in 0..cols {
-                // SAFETY: rows p0..p0+kc of column j+jj are inside B and contiguous.
-                let src = unsafe { std::slice::from_raw_parts(b.addr(p0, j + jj), kc) };
-                for (d, &s) in panel[jj..].iter_mut().step_by(nr_).zip(src) {
-                    *d = s;
-                }
-            }
-            for d in panel.chunks_exact_mut(nr_) {
-                d[cols..].fill(0.0);
-            }
-        } else {
-            for (p, d) in panel.chunks_exact_mut(nr_).enumerate() {
-                for (jj, d) in d.iter_mut().enumerate() {
-                    // SAFETY: (p0+p, j+jj) is inside B whenever jj < cols.
-                    *d = if jj < cols { unsafe { b.at(p0 + p, j + jj) } } else { 0.0 };
                 }
             }
         }
