@@ -167,7 +167,7 @@ fn golden_programs() {
 /// expected line stands for any one number. Examples whose training is chaotic (char_rnn: a
 /// last-bit change in a float32 kernel reaches the second digit within 50 steps) mark the
 /// numbers that depend on rounding this way and keep the rest exact.
-fn output_matches(expected: &str, got: &str) -> bool {
+pub fn output_matches(expected: &str, got: &str) -> bool {
     let (e, g): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
     e.len() == g.len() && e.iter().zip(&g).all(|(e, g)| line_matches(e, g))
 }
