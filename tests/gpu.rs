@@ -739,3 +739,34 @@ fn gpu_examples_print_what_the_cpu_prints() {
         );
     }
 }
+
+/// `argmax` on a GPU tensor agrees with the CPU (the first index on ties, NaN ordered as the
+/// CPU orders it) and brings back only the winning (key, index) pair, never the tensor.
+#[test]
+fn gpu_argmax_reads_back_only_the_index() {
+    let cases = [
+        Case { name: "random", tol: E, code: "let () = println (show (argmax x))" },
+        Case { name: "ties", tol: E, code: "let () = println (show (argmax (tensor [1.0, 3.0, 3.0, 2.0, 3.0])))" },
+        Case { name: "NaN first", tol: E, code: "let () = println (show (argmax (tensor [0.0] / tensor [0.0])))" },
+        Case {
+            name: "NaN between",
+            tol: E,
+            code: "let () = println (show (argmax (concat 0 [tensor [1.0, 0.0 / 0.0, 5.0], tensor [0.0] / tensor [0.0], tensor [5.0]])))",
+        },
+        Case { name: "three passes", tol: E, code: "let () = println (show (argmax (randn 9 [300001])))" },
+        Case { name: "matrix", tol: E, code: "let () = println (show (argmax (tensor [[1.0, 9.0], [9.0, 2.0]])))" },
+    ];
+    check(&cases);
+    if !gpu() {
+        return;
+    }
+    for c in &cases {
+        let src = format!("{PRELUDE}{}", c.code);
+        let r = dp_with("gpu", &src, &[("DP_GPU_TRACE", "1")]);
+        assert!(r.ok, "{}: the GPU run failed:\n{}", c.name, r.stderr);
+        assert_no_fallback(&r.stderr);
+        let bulk: Vec<&str> =
+            r.stderr.lines().filter(|l| l.contains("read back") && !l.ends_with("read back 2 values")).collect();
+        assert!(bulk.is_empty(), "{}: more than the index came back:\n{}", c.name, bulk.join("\n"));
+    }
+}

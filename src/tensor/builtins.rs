@@ -197,7 +197,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Argmax => {
             let t = plain_tensor(&arg())?;
-            match ops::argmax(&t) {
+            let best = match t.gpu() {
+                Some(g) => super::gpu::kernels::argmax_index(g).map_err(Fault::new)?,
+                None => ops::argmax(&t),
+            };
+            match best {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
             }

@@ -302,17 +302,35 @@ pub fn argmax_mask(x: &GpuTensor) -> TResult<GpuTensor> {
     if n == 0 {
         return Ok(out);
     }
-    let p = pipe(g, REDUCE, "argmax_pairs")?;
-    let best = fold_passes(x, |src, n, wgs, first| {
-        let pairs = new_output(g, vec![2 * wgs])?;
-        let prm = g.meta(&[u32_of(n, "a tensor's size")?, !first as u32]);
-        g.dispatch(&p, &[(0, &prm), (3, src.raw()), (4, pairs.raw())], wgs as u64)?;
-        Ok(pairs)
-    })?;
+    let best = argmax_pair(x)?;
     let p = pipe(g, REDUCE, "argmax_mask")?;
     let prm = g.meta(&[u32_of(n, "a tensor's size")?]);
     g.dispatch(&p, &[(0, &prm), (2, out.raw()), (3, best.raw())], groups(n, 256))?;
     Ok(out)
+}
+
+/// The index of the first maximum in row-major order (the `argmax` builtin): the same fold as
+/// `argmax_mask`, and only the winning index comes back to the host. None when empty.
+pub fn argmax_index(x: &GpuTensor) -> TResult<Option<usize>> {
+    if x.len() == 0 {
+        return Ok(None);
+    }
+    let best = argmax_pair(x)?;
+    // The pair is (key, index), both u32 bit patterns in the f32 buffer.
+    let pair = context()?.read(best.raw(), 2)?;
+    Ok(pair.get(1).map(|i| i.to_bits() as usize))
+}
+
+/// A device buffer holding the (key, index) pair of the first maximum of a non-empty `x`.
+fn argmax_pair(x: &GpuTensor) -> TResult<GpuTensor> {
+    let g = context()?;
+    let p = pipe(g, REDUCE, "argmax_pairs")?;
+    fold_passes(x, |src, n, wgs, first| {
+        let pairs = new_output(g, vec![2 * wgs])?;
+        let prm = g.meta(&[u32_of(n, "a tensor's size")?, !first as u32]);
+        g.dispatch(&p, &[(0, &prm), (3, src.raw()), (4, pairs.raw())], wgs as u64)?;
+        Ok(pairs)
+    })
 }
 
 /// Folds groups of elements: output `shape` (row-major over `kept`), where output element o

@@ -1,8 +1,8 @@
 //! The operation table (`tensor::ops::TOp`) on GPU operands: each operation's kernel, and the
 //! explicit CPU fallback for those without one (read the operands back, run the CPU
 //! definition, upload the result). Every operation in the table has a kernel today; the
-//! fallback catches operations added to the table later. `argmax` and `item` read back by
-//! nature (they return host values).
+//! fallback catches operations added to the table later. `item` reads back by nature (it
+//! returns a host value); `argmax` reads back only its index (`kernels::argmax_index`).
 
 use super::kernels::{self as k, BinOp, Fold, UnOp};
 use super::GpuTensor;
