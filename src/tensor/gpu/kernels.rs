@@ -312,7 +312,7 @@ pub fn argmax_mask(x: &GpuTensor) -> TResult<GpuTensor> {
 /// The index of the first maximum in row-major order (the `argmax` builtin): the same fold as
 /// `argmax_mask`, and only the winning index comes back to the host. None when empty.
 pub fn argmax_index(x: &GpuTensor) -> TResult<Option<usize>> {
-    if x.len() == 0 {
+    if x.is_empty() {
         return Ok(None);
     }
     let best = argmax_pair(x)?;
