@@ -780,6 +780,34 @@ fn grad_jvp_matmul() {
             |x| &matmul(&x[0], &x[1]) * x[2][IxDyn(&[])],
         ),
     ];
+    // One weight in several matrix-vector products: its outer products are summed as one
+    // product at the end of the backward pass (or when the weight's own adjoint is read, for
+    // an intermediate), alongside contributions from other uses.
+    let (w, v) = (rng.arr(&[3, 3], -1.0, 1.0), rng.arr(&[3], -1.0, 1.0));
+    cases.push(case("w @ tanh (w @ v)", "$0 @ tanh ($0 @ $1)", false, vec![t(w.clone()), t(v.clone())], |x| {
+        matmul(&x[0], &matmul(&x[0], &x[1]).mapv(f64::tanh))
+    }));
+    let u = rng.arr(&[3], -1.0, 1.0);
+    cases.push(case("u @ w + w @ v", "$1 @ $0 + $0 @ $2", false, vec![t(w.clone()), t(u), t(v.clone())], |x| {
+        &matmul(&x[1], &x[0]) + &matmul(&x[0], &x[2])
+    }));
+    cases.push(case(
+        "w @ v + sum_axis (w * w) 1",
+        "$0 @ $1 + sum_axis ($0 * $0) 1",
+        false,
+        vec![t(rng.arr(&[2, 3], -1.0, 1.0)), t(v.clone())],
+        |x| &matmul(&x[0], &x[1]) + &x[0].mapv(|p| p * p).sum_axis(ndarray::Axis(1)),
+    ));
+    cases.push(case(
+        "an intermediate weight",
+        "(let w2 = $0 * 2.0 in w2 @ tanh (w2 @ $1))",
+        false,
+        vec![t(w), t(v)],
+        |x| {
+            let w2 = x[0].mapv(|p| 2.0 * p);
+            matmul(&w2, &matmul(&w2, &x[1]).mapv(f64::tanh))
+        },
+    ));
     // a two-layer network: a composite of many primitives
     cases.push(case(
         "mlp",
