@@ -335,9 +335,14 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
     }
     let tag = innermost(m, tag_of(&a), tag_of(&b));
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
-    let y = m.prim2(p, pa.clone(), pb.clone())?;
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
     let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
+    if !is_dual {
+        if let Some((y, da, db)) = scalar_partials(p, &pa, &pb) {
+            return record(m, tag, Value::Float(y), (&a, a_in, Value::Float(da)), (&b, b_in, Value::Float(db)));
+        }
+    }
+    let y = m.prim2(p, pa.clone(), pb.clone())?;
     if is_dual {
         let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
         let mut tangent = Value::Float(0.0);
@@ -357,14 +362,38 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
-    // `live` has just found this tag's handler (the operand tracked by it is live).
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
+    record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
+}
+
+/// y = a `p` b and its partials when both primals at this level are plain Floats — the scalar
+/// loops of reverse mode — computed as `prim2` and `rules::partials` compute them (the same
+/// numbers) without building Values for the intermediate steps. None for anything else.
+fn scalar_partials(p: Prim, a: &Value, b: &Value) -> Option<(f64, f64, f64)> {
+    let (Value::Float(x), Value::Float(z)) = (a, b) else { return None };
+    let (x, z) = (*x, *z);
+    Some(match p {
+        Prim::Add => (x + z, 1.0, 1.0),
+        Prim::Sub => (x - z, 1.0, -1.0),
+        Prim::Mul => (x * z, z, x),
+        Prim::Div => {
+            let y = x / z;
+            (y, 1.0 / z, -(y / z))
+        }
+        _ => return None,
+    })
+}
+
+/// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
+/// scales its adjoint by each tracked operand's partial.
+fn record(m: &mut Machine, tag: u32, y: Value, a: (&Value, bool, Value), b: (&Value, bool, Value)) -> FResult<Value> {
+    // `live` has just found this tag's handler (the operand tracked by it is live).
     let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
-    let pick = |v: &Value, on: bool, d: Value| match (on, v) {
+    let pick = |(v, on, d): (&Value, bool, Value)| match (on, v) {
         (true, Value::Tracked(t)) => Some((t.clone(), d)),
         _ => None,
     };
-    let frame = AdjFrame::Scale { out: out.clone(), a: pick(&a, a_in, da), b: pick(&b, b_in, db) };
+    let frame = AdjFrame::Scale { out: out.clone(), a: pick(a), b: pick(b) };
     match m.grad_handler(tag) {
         Some(h) => h.frames.push(frame),
         None => return Ok(out.primal.clone()),
