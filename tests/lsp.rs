@@ -308,6 +308,26 @@ fn lsp_hover_definition_completion_symbols() {
 }
 
 #[test]
+fn lsp_type_groups() {
+    let mut c = Client::start();
+    let u = uri("group.dp");
+    let text = "type Tree = Leaf Int | Node Forest\nand Forest = Empty | Trees Tree Forest\n";
+    assert_eq!(c.open(&u, text), json!([]));
+    // Each type of a `type … and …` group is its own symbol, with its own constructors.
+    let syms = c.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": u } }));
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&syms), ["Tree", "Forest"]);
+    assert_eq!(names(&syms[0]["children"]), ["Leaf", "Node"]);
+    assert_eq!(names(&syms[1]["children"]), ["Empty", "Trees"]);
+    // `Forest` in Tree's body is the declaration on the next line.
+    let d = c.at("textDocument/definition", &u, 0, 30);
+    assert_eq!(d["range"]["start"], json!({ "line": 1, "character": 4 }));
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
 fn lsp_keeps_completing_through_a_syntax_error() {
     let mut c = Client::start();
     let u = uri("typing.dp");

@@ -473,21 +473,28 @@ impl Analysis {
                         ));
                     }
                 }
-                ItemKind::Type(t) => {
-                    let Some(d) = defs.iter().find(|d| d.kind == DefKind::Type) else { continue };
-                    let children: Vec<_> = defs
-                        .iter()
-                        .filter(|d| d.kind == DefKind::Constructor)
-                        .map(|c| {
-                            let r = self.range(c.span);
-                            sym(&c.name, self.def_type(c), lsp::SymbolKind::ENUM_MEMBER, r, r, None)
-                        })
-                        .collect();
-                    let (kind, children) = match t.body {
-                        TypeBody::Variants(_) => (lsp::SymbolKind::ENUM, Some(children)),
-                        TypeBody::Alias(_) => (lsp::SymbolKind::STRUCT, None),
-                    };
-                    out.push(sym(&t.name, None, kind, range, self.range(d.span), children));
+                ItemKind::Type(ts) => {
+                    for t in ts {
+                        let Some(d) = defs.iter().find(|d| d.kind == DefKind::Type && d.name == t.name) else {
+                            continue;
+                        };
+                        let (kind, children) = match &t.body {
+                            TypeBody::Variants(vs) => {
+                                let children = defs
+                                    .iter()
+                                    .filter(|c| c.kind == DefKind::Constructor && vs.iter().any(|v| v.name == c.name))
+                                    .map(|c| {
+                                        let r = self.range(c.span);
+                                        sym(&c.name, self.def_type(c), lsp::SymbolKind::ENUM_MEMBER, r, r, None)
+                                    })
+                                    .collect();
+                                (lsp::SymbolKind::ENUM, Some(children))
+                            }
+                            TypeBody::Alias(_) => (lsp::SymbolKind::STRUCT, None),
+                        };
+                        let r = if ts.len() == 1 { range } else { self.range(t.span) };
+                        out.push(sym(&t.name, None, kind, r, self.range(d.span), children));
+                    }
                 }
                 ItemKind::Import(_) => {
                     if let Some(d) = defs.first() {

@@ -147,20 +147,14 @@ impl Resolver {
                     self.function(&d.params, &d.body);
                 }
             }
-            ItemKind::Type(d) => {
-                let t = self.def(&d.name, head_span(d.span, &d.name), DefKind::Type, rest);
-                self.types.insert(d.name.clone(), t);
-                match &d.body {
-                    TypeBody::Variants(vs) => {
-                        for v in vs {
-                            let c = self.def(&v.name, head_span(v.span, &v.name), DefKind::Constructor, rest);
-                            self.cons.insert(v.name.clone(), c);
-                            for a in &v.args {
-                                self.ty(a);
-                            }
-                        }
-                    }
-                    TypeBody::Alias(t) => self.ty(t),
+            ItemKind::Type(ds) => {
+                // The whole group is in scope in every body (`type A = … and B = …`).
+                for d in ds {
+                    let t = self.def(&d.name, head_span(d.span, &d.name), DefKind::Type, rest);
+                    self.types.insert(d.name.clone(), t);
+                }
+                for d in ds {
+                    self.type_body(&d.body, rest);
                 }
             }
             ItemKind::Import(target) => {
@@ -215,6 +209,22 @@ impl Resolver {
                 self.pat(q, kind, vis);
                 self.ty(t);
             }
+        }
+    }
+
+    /// A type declaration's constructors (defined, visible in `rest`) and the types it uses.
+    fn type_body(&mut self, body: &TypeBody, rest: (u32, u32)) {
+        match body {
+            TypeBody::Variants(vs) => {
+                for v in vs {
+                    let c = self.def(&v.name, head_span(v.span, &v.name), DefKind::Constructor, rest);
+                    self.cons.insert(v.name.clone(), c);
+                    for a in &v.args {
+                        self.ty(a);
+                    }
+                }
+            }
+            TypeBody::Alias(t) => self.ty(t),
         }
     }
 

@@ -176,7 +176,8 @@ pub enum ImportTarget {
 pub enum ItemKind {
     Let(Pat, Expr),
     LetRec(Vec<FunDef>),
-    Type(TypeDecl),
+    /// One `type … and …` group (usually of one declaration).
+    Type(Vec<TypeDecl>),
     Import(ImportTarget),
     Expr(Expr),
 }

@@ -406,14 +406,31 @@ impl Checker {
 
     // ------------------------------------------------------------ items
 
-    pub fn declare_type(&mut self, d: &TypeDecl) -> R<()> {
-        if self.types.get(d.name.as_str()).is_some_and(|t| matches!(t.body, TypeBodyInfo::Builtin)) {
-            return Err(Diagnostic::error(
-                Phase::Type,
-                format!("`{}` is a built-in type and cannot be redefined", d.name),
-            )
-            .label(d.span, "here"));
+    /// A `type … and …` group: every variant type of the group is registered before any body
+    /// is read, so they may refer to each other (a record alias may refer to the group's
+    /// variant types and to aliases declared before it).
+    pub fn declare_types(&mut self, ds: &[TypeDecl]) -> R<()> {
+        for (i, d) in ds.iter().enumerate() {
+            if self.types.get(d.name.as_str()).is_some_and(|t| matches!(t.body, TypeBodyInfo::Builtin)) {
+                return Err(Diagnostic::error(
+                    Phase::Type,
+                    format!("`{}` is a built-in type and cannot be redefined", d.name),
+                )
+                .label(d.span, "here"));
+            }
+            if let Some(first) = ds[..i].iter().find(|e| e.name == d.name) {
+                return Err(Diagnostic::error(Phase::Type, format!("type `{}` declared twice in one group", d.name))
+                    .label(d.span, "again here")
+                    .label(first.span, "first here"));
+            }
         }
+        for d in ds.iter().filter(|d| matches!(d.body, TypeBody::Variants(_))) {
+            self.types.insert(d.name.as_str().into(), TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants });
+        }
+        ds.iter().try_for_each(|d| self.declare_type(d))
+    }
+
+    fn declare_type(&mut self, d: &TypeDecl) -> R<()> {
         // Register first so recursive types refer to themselves.
         self.types.insert(d.name.as_str().into(), TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants });
         self.tyvars.clear();
@@ -491,8 +508,8 @@ impl Checker {
         let mut defined = Vec::new();
         let mut expr_type = None;
         let code = match &item.kind {
-            ItemKind::Type(d) => {
-                self.declare_type(d)?;
+            ItemKind::Type(ds) => {
+                self.declare_types(ds)?;
                 Core::Const(Const::Unit)
             }
             ItemKind::Import(target) => {
