@@ -203,8 +203,10 @@ Group 1 is a valid escape, group 2 an unknown one."
           "\\_<\\(?:"
           "\\(" dp--ident "\\)[ \t]*:[^:=]"                ; 2: a record field name
           "\\|\\(" (regexp-opt dp-type-names) "\\)\\_>"     ; 3: built-in type
-          "\\|\\(" dp--cap-ident "\\)"                     ; 4: type name
-          "\\|\\(" dp--ident "\\)"                         ; 5: type variable
+          ;; (numbered explicitly: 6 comes first so that `and' is not read as a type variable)
+          "\\|\\(?6:and\\)\\_>"                          ; 6: `and' before a group's next type
+          "\\|\\(?4:" dp--cap-ident "\\)"                  ; 4: type name
+          "\\|\\(?5:" dp--ident "\\)"                      ; 5: type variable
           "\\)")
   "Words inside a `type' declaration.")
 
@@ -221,7 +223,8 @@ Group 1 is a valid escape, group 2 an unknown one."
       (1 'dp-constructor-face nil t)
       (3 font-lock-type-face nil t)
       (4 font-lock-type-face nil t)
-      (5 'dp-type-variable-face nil t)))
+      (5 'dp-type-variable-face nil t)
+      (6 font-lock-keyword-face nil t)))
     ;; `(x : T)', `(e : T)', `let f x : T =': the type after a lone colon.
     (dp--match-annotation
      (0 'dp-operator-face)

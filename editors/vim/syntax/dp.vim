@@ -75,8 +75,9 @@ syn region dpTypeAnnot matchgroup=dpTypeColon start=":\@<!:[:=]\@!" end="\%([)=,
 syn match dpTypeColon ":" contained
 
 " A declaration `type Name params = Con T | ...` lasts until a line that starts a new item in
-" column 1 (not a comment, closing bracket, `|` or other operator).
-syn region dpTypeDecl matchgroup=dpTypeName start="\%(\<type\s\+\)\@<=\u\k*" end="^\%(\%(in\|and\|then\|else\|with\)\>\)\@![A-Za-z0-9_"(\[{!]\@=" contains=@dpTypeExpr,dpTypeDeclOp,dpConstructorDecl
+" column 1 (not a comment, closing bracket, `|` or other operator); `and Name = ...` continues
+" it with the next type of a group (hence the keywords inside).
+syn region dpTypeDecl matchgroup=dpTypeName start="\%(\<type\s\+\)\@<=\u\k*" end="^\%(\%(in\|and\|then\|else\|with\)\>\)\@![A-Za-z0-9_"(\[{!]\@=" contains=@dpTypeExpr,dpTypeDeclOp,dpConstructorDecl,dpKeyword
 syn match dpTypeDeclOp "[=|]" contained
 syn match dpConstructorDecl "\%([=|]\s*\)\@<=\u\k*" contained
 
