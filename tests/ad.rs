@@ -14,45 +14,10 @@
 //!   until the bugs are fixed).
 
 use crate::golden::numbers;
+use crate::run::{run_dp, run_ok};
 use proptest::prelude::*;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 // ------------------------------------------------------------------ running dp
-
-struct Run {
-    stdout: String,
-    stderr: String,
-    ok: bool,
-}
-
-fn temp_file(src: &str) -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("dp-ad-test-{}-{n}.dp", std::process::id()));
-    std::fs::write(&path, src).expect("write a temporary dp file");
-    path
-}
-
-fn run_dp(src: &str) -> Run {
-    let path = temp_file(src);
-    let out = Command::new(env!("CARGO_BIN_EXE_dp")).arg("run").arg(&path).output().expect("run dp");
-    let _ = std::fs::remove_file(&path);
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        ok: out.status.success(),
-    }
-}
-
-/// Runs a program that must succeed; returns its stdout lines.
-fn run_ok(src: &str) -> Vec<String> {
-    let r = run_dp(src);
-    assert!(r.ok, "dp failed on:\n{src}\n--- stderr\n{}", r.stderr);
-    assert!(!r.stderr.contains("panicked"), "dp panicked on:\n{src}\n{}", r.stderr);
-    r.stdout.lines().map(String::from).collect()
-}
 
 /// The numbers of every output line of a program that must succeed.
 fn run_numbers(src: &str) -> Vec<Vec<f64>> {

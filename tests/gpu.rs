@@ -19,40 +19,15 @@
 //! unless `DP_REQUIRE_GPU=1`, when they fail. The device-selection errors are checked on every
 //! machine.
 
-use std::path::{Path, PathBuf};
+use crate::run::{run_with, Run};
+use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-struct Run {
-    stdout: String,
-    stderr: String,
-    ok: bool,
-}
-
-fn temp_path(ext: &str) -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("dp-gpu-test-{}-{n}.{ext}", std::process::id()))
-}
-
 fn dp_with(device: &str, src: &str, env: &[(&str, &str)]) -> Run {
-    let path = temp_path("dp");
-    std::fs::write(&path, src).expect("write a temporary dp file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dp"));
-    cmd.arg("run").arg("--device").arg(device).arg(&path);
     // Mesa's device-select layer complains on stderr when there is no display; it is not ours.
-    cmd.env("NODEVICE_SELECT", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run dp");
-    let _ = std::fs::remove_file(&path);
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        ok: out.status.success(),
-    }
+    let env: Vec<(&str, &str)> = [("NODEVICE_SELECT", "1")].into_iter().chain(env.iter().copied()).collect();
+    run_with(&["--device", device], src, &env)
 }
 
 fn dp(device: &str, src: &str) -> Run {

@@ -6,5 +6,6 @@ mod golden;
 mod gpu;
 mod lsp;
 mod repl;
+mod run;
 mod snapshots;
 mod tensors;

@@ -21,44 +21,13 @@
 //! is reported with dp's stderr, so one bug does not hide the others.
 
 use crate::golden::numbers;
+use crate::run::{run_dp, run_ok, temp_path};
 use ndarray::{ArrayD, Axis, Ix1, Ix2, IxDyn, Slice};
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 type A = ArrayD<f64>;
 
 // ------------------------------------------------------------------ running dp
-
-struct Run {
-    stdout: String,
-    stderr: String,
-    ok: bool,
-}
-
-fn temp_path(ext: &str) -> PathBuf {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("dp-tensor-test-{}-{n}.{ext}", std::process::id()))
-}
-
-fn run_dp(src: &str) -> Run {
-    let path = temp_path("dp");
-    std::fs::write(&path, src).expect("write a temporary dp file");
-    let out = Command::new(env!("CARGO_BIN_EXE_dp")).arg("run").arg(&path).output().expect("run dp");
-    let _ = std::fs::remove_file(&path);
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        ok: out.status.success(),
-    }
-}
-
-fn run_ok(src: &str) -> Vec<String> {
-    let r = run_dp(src);
-    assert!(r.ok && !r.stderr.contains("panicked"), "dp failed on:\n{src}\n--- stderr\n{}", r.stderr);
-    r.stdout.lines().map(String::from).collect()
-}
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * a.abs().max(b.abs()).max(1.0)

@@ -10,13 +10,14 @@
 //! in reverse order: that return path *is* the backward pass. Nested `grad`s have larger
 //! tags, so a value carries perturbations of each level separately (no confusion).
 
+mod matmul;
 pub mod rules;
 
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::{RecordVal, Value};
 use crate::tensor::ops::{self, TOp};
-use crate::tensor::{self, Tensor};
+use crate::tensor::Tensor;
 use rules::Un;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -338,7 +339,7 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
     let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
     if !is_dual {
-        if let Some((y, da, db)) = scalar_partials(p, &pa, &pb) {
+        if let Some((y, da, db)) = rules::scalar_partials(p, &pa, &pb) {
             return record(m, tag, Value::Float(y), (&a, a_in, Value::Float(da)), (&b, b_in, Value::Float(db)));
         }
     }
@@ -364,24 +365,6 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
     }
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
-}
-
-/// y = a `p` b and its partials when both primals at this level are plain Floats — the scalar
-/// loops of reverse mode — computed as `prim2` and `rules::partials` compute them (the same
-/// numbers) without building Values for the intermediate steps. None for anything else.
-fn scalar_partials(p: Prim, a: &Value, b: &Value) -> Option<(f64, f64, f64)> {
-    let (Value::Float(x), Value::Float(z)) = (a, b) else { return None };
-    let (x, z) = (*x, *z);
-    Some(match p {
-        Prim::Add => (x + z, 1.0, 1.0),
-        Prim::Sub => (x - z, 1.0, -1.0),
-        Prim::Mul => (x * z, z, x),
-        Prim::Div => {
-            let y = x / z;
-            (y, 1.0 / z, -(y / z))
-        }
-        _ => return None,
-    })
 }
 
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
@@ -423,119 +406,7 @@ fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
     }
 }
 
-/// The matrix product's adjoint for input `i` without temporaries: dA += G Bᵀ and dB += Aᵀ G go
-/// straight into the adjoint buffer (transposes are strided views), and outer products
-/// (matrix-vector products) wait in `outer` to be summed in one go. Only the first-order case
-/// on the CPU qualifies (plain operands, an adjoint buffer nobody else holds); false leaves the
-/// input to the generic rule.
-fn matmul_adjoint_into(primals: &[Value], g: &Value, i: usize, cell: &Rc<Tracked>, outer: &mut OuterSums) -> bool {
-    let (Value::Tensor(a), Value::Tensor(b), Value::Tensor(g)) = (&primals[0], &primals[1], g) else {
-        return false;
-    };
-    if a.is_gpu() || b.is_gpu() || g.is_gpu() {
-        return false;
-    }
-    match (i, a.shape().len(), b.shape().len()) {
-        // A @ b with b a vector: dA += g ⊗ b.  a @ B with a a vector: dB += a ⊗ g.
-        (0, 2, 1) => return outer.push(cell, g.clone(), b.clone()),
-        (1, 1, 2) => return outer.push(cell, a.clone(), g.clone()),
-        _ => {}
-    }
-    let shape = if i == 0 { a.shape() } else { b.shape() };
-    let mut slot = cell.adj.borrow_mut();
-    let mut target = match slot.take() {
-        None => Rc::new(Tensor::zeros(shape)),
-        Some(Value::Tensor(t)) if !t.is_gpu() && t.shape() == shape => t,
-        other => {
-            *slot = other;
-            return false;
-        }
-    };
-    let Some(buf) = Rc::get_mut(&mut target) else {
-        *slot = Some(Value::Tensor(target));
-        return false;
-    };
-    let (a, b, g, out) = (a.array(), b.array(), g.array(), buf.array_mut());
-    let done = match (i, a.ndim(), b.ndim()) {
-        (0, 2, 2) => tensor::product_into(out, g, false, b, true, 1.0),
-        (1, 2, 2) => tensor::product_into(out, a, true, g, false, 1.0),
-        // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
-        (1, 2, 1) => tensor::product_into(out, g, false, a, false, 1.0),
-        (0, 1, 2) => tensor::product_into(out, b, false, g, false, 1.0),
-        _ => Err(String::new()),
-    };
-    // On failure nothing was written (shapes are checked first), so the buffer goes back as is.
-    *slot = Some(Value::Tensor(target));
-    done.is_ok()
-}
-
-/// Outer-product adjoints (dW += u ⊗ v, from matrix-vector products), collected per input
-/// during one backward pass and summed as a single matrix product (Uᵀ V) when that input's
-/// adjoint is next needed. A recursive model applies the same weights at every node: one
-/// compute-bound product replaces a memory-bound rank-1 update of the whole matrix per node.
-type OuterPair = (Rc<Tensor>, Rc<Tensor>);
-
-#[derive(Default)]
-struct OuterSums {
-    /// The few distinct weight cells of a model, each with its pending (u, v) pairs.
-    cells: Vec<(Rc<Tracked>, Vec<OuterPair>)>,
-}
-
-impl OuterSums {
-    fn push(&mut self, cell: &Rc<Tracked>, u: Rc<Tensor>, v: Rc<Tensor>) -> bool {
-        match self.cells.iter_mut().find(|(c, _)| Rc::ptr_eq(c, cell)) {
-            Some((_, pairs)) => pairs.push((u, v)),
-            None => self.cells.push((cell.clone(), vec![(u, v)])),
-        }
-        true
-    }
-
-    /// Adds `cell`'s pending products to its adjoint (before the adjoint is read).
-    fn flush(&mut self, m: &mut Machine, cell: &Tracked) -> FResult<()> {
-        if self.cells.is_empty() {
-            return Ok(());
-        }
-        match self.cells.iter().position(|(c, _)| std::ptr::eq(&**c, cell)) {
-            Some(k) => {
-                let (cell, pairs) = self.cells.swap_remove(k);
-                accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))
-            }
-            None => Ok(()),
-        }
-    }
-
-    fn flush_all(&mut self, m: &mut Machine) -> FResult<()> {
-        for (cell, pairs) in std::mem::take(&mut self.cells) {
-            accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))?;
-        }
-        Ok(())
-    }
-}
-
-/// Σ uₖ ⊗ vₖ as Uᵀ V, with the vectors stacked as the rows of U and V.
-fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
-    let stack = |pick: fn(&OuterPair) -> &Rc<Tensor>| -> FResult<ndarray::ArrayD<f32>> {
-        let n = pick(&pairs[0]).len();
-        let mut data = Vec::with_capacity(n * pairs.len());
-        for p in pairs {
-            let a = pick(p).array();
-            if a.len() != n {
-                return Err(Fault::new("internal: outer products of different shapes"));
-            }
-            match a.as_slice() {
-                Some(s) => data.extend_from_slice(s),
-                None => data.extend(a.iter().copied()),
-            }
-        }
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[pairs.len(), n]), data).map_err(|e| Fault::new(e.to_string()))
-    };
-    let (u, v) = (stack(|p| &p.0)?, stack(|p| &p.1)?);
-    let mut out = ndarray::ArrayD::zeros(ndarray::IxDyn(&[u.shape()[1], v.shape()[1]]));
-    tensor::product_into(&mut out, &u, true, &v, false, 0.0).map_err(Fault::new)?;
-    Ok(Tensor::from_array(out))
-}
-
-fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
+pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
     // A broadcast input receives the sum of its copies' adjoints, in its own kind (Float or
     // Tensor) and shape.
     if let (Value::Float(_), Value::Float(c)) = (&cell.primal, &contribution) {
@@ -580,7 +451,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
         _ => {}
     }
     let mut n = 0u32;
-    let mut outer = OuterSums::default();
+    let mut outer = matmul::OuterSums::default();
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
         if n.is_multiple_of(4096) && m.interrupt.load(Ordering::Relaxed) {
@@ -607,7 +478,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
                 let mut needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
                 if op == TOp::MatMul {
                     for (i, inp) in inputs.iter().enumerate() {
-                        if inp.as_ref().is_some_and(|cell| matmul_adjoint_into(&primals, &g, i, cell, &mut outer)) {
+                        if inp.as_ref().is_some_and(|cell| matmul::adjoint_into(&primals, &g, i, cell, &mut outer)) {
                             needs[i] = false;
                         }
                     }

@@ -88,6 +88,25 @@ fn scalar(v: &Value) -> f64 {
     }
 }
 
+/// y = a `p` b and (∂y/∂a, ∂y/∂b) when both are plain Floats — the scalar loops of reverse
+/// mode — as plain f64s: the same numbers `partials` (and `Machine::prim2` for y) give,
+/// without building Values for the intermediate steps (the test below holds them equal).
+/// None for anything else.
+pub fn scalar_partials(p: Prim, a: &Value, b: &Value) -> Option<(f64, f64, f64)> {
+    let (Value::Float(x), Value::Float(z)) = (a, b) else { return None };
+    let (x, z) = (*x, *z);
+    Some(match p {
+        Prim::Add => (x + z, 1.0, 1.0),
+        Prim::Sub => (x - z, 1.0, -1.0),
+        Prim::Mul => (x * z, z, x),
+        Prim::Div => {
+            let y = x / z;
+            (y, 1.0 / z, -(y / z))
+        }
+        _ => return None,
+    })
+}
+
 /// (∂y/∂a, ∂y/∂b) for y = a `p` b.
 pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FResult<(Value, Value)> {
     let (a, b, y) = (a.clone(), b.clone(), y.clone());
@@ -126,4 +145,29 @@ pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FR
         }
         other => return Err(Fault::new(format!("internal: `{other:?}` is not differentiable"))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_partials_agree_with_the_rule_table_bit_for_bit() {
+        let mut m = Machine::new();
+        let samples = [(0.5, 3.0), (-2.25, 0.1), (1e-300, 7.0), (3.0, -0.0), (0.0, 0.0), (f64::MAX, 0.5)];
+        for p in [Prim::Add, Prim::Sub, Prim::Mul, Prim::Div] {
+            for (a, b) in samples {
+                let (y, da, db) = scalar_partials(p, &f(a), &f(b)).expect("Floats");
+                let Ok(want_y) = m.prim2(p, f(a), f(b)) else { panic!("{p:?}: prim2 failed") };
+                let Ok((want_da, want_db)) = partials(&mut m, p, &f(a), &f(b), &want_y) else {
+                    panic!("{p:?}: no partials")
+                };
+                for (got, want) in [(y, want_y), (da, want_da), (db, want_db)] {
+                    let Value::Float(want) = want else { panic!("{p:?}: not a Float") };
+                    assert_eq!(got.to_bits(), want.to_bits(), "{p:?} at ({a}, {b}): {got} vs {want}");
+                }
+            }
+        }
+        assert!(scalar_partials(Prim::Pow, &f(2.0), &f(3.0)).is_none());
+    }
 }

@@ -67,57 +67,30 @@ macro_rules! with_bin {
     };
 }
 
-/// Evaluates `$body` with `$f` bound to `$op`'s f32 definition, once per operation. (The
-/// `vmath` functions are wrapped in closures: passed as function items they are called through
-/// a shim the inliner leaves out of line, and the loop does not vectorize.)
+/// `op` on one f32 element: `Un::eval`, except the `vmath` versions where libm's would keep a
+/// loop from vectorizing. Always inlined with a constant `op` (see `with_un`), so the match
+/// folds away.
+#[inline(always)]
+fn un_f32(op: Un, x: f32) -> f32 {
+    match op {
+        Un::Exp => super::vmath::exp(x),
+        Un::Tanh => super::vmath::tanh(x),
+        Un::Sigmoid => super::vmath::sigmoid(x),
+        _ => op.eval(x),
+    }
+}
+
+/// Evaluates `$body` with `$f` bound to `$op`'s f32 definition, once per operation.
 macro_rules! with_un {
     ($op:expr, $f:ident, $body:expr) => {
-        #[allow(clippy::redundant_closure)]
+        with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs)
+    };
+    (@arms $op:expr, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {
-            Un::Neg => {
-                let $f = |x: f32| -x;
+            $(Un::$v => {
+                let $f = |x: f32| un_f32(Un::$v, x);
                 $body
-            }
-            Un::Sin => {
-                let $f = f32::sin;
-                $body
-            }
-            Un::Cos => {
-                let $f = f32::cos;
-                $body
-            }
-            Un::Tan => {
-                let $f = f32::tan;
-                $body
-            }
-            Un::Exp => {
-                let $f = |x: f32| super::vmath::exp(x);
-                $body
-            }
-            Un::Log => {
-                let $f = f32::ln;
-                $body
-            }
-            Un::Sqrt => {
-                let $f = f32::sqrt;
-                $body
-            }
-            Un::Tanh => {
-                let $f = |x: f32| super::vmath::tanh(x);
-                $body
-            }
-            Un::Sigmoid => {
-                let $f = |x: f32| super::vmath::sigmoid(x);
-                $body
-            }
-            Un::Relu => {
-                let $f = |x: f32| x.max(0.0);
-                $body
-            }
-            Un::Abs => {
-                let $f = f32::abs;
-                $body
-            }
+            })*
         }
     };
 }
@@ -166,10 +139,12 @@ fn update1(x: &mut ArrayD<f32>, f: impl Fn(f32) -> f32) {
     }
 }
 
-/// A new array with out[i] = f(x[i]).
+/// A new array with out[i] = f(x[i]). Contiguous data goes through a plain slice loop: through
+/// ndarray's `mapv` the `vmath` loops do not vectorize (the W2 benchmark ran 1.25× slower).
 #[inline(always)]
 fn fresh1(x: &ArrayD<f32>, f: impl Fn(f32) -> f32) -> ArrayD<f32> {
     match x.as_slice() {
+        // The shape is x's own, so `from_shape_vec` cannot fail; `mapv` is only the formal else.
         Some(s) => {
             ArrayD::from_shape_vec(x.raw_dim(), s.iter().map(|&v| f(v)).collect()).unwrap_or_else(|_| x.mapv(&f))
         }

@@ -414,8 +414,9 @@ fn im2col(x: &[f32], d: &ConvDims) -> ndarray::Array2<f32> {
     cols
 }
 
-/// Valid (unpadded), stride-1 convolution, NCHW.
-pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
+/// A convolution's sizes, its input as row-major data and its weights as an O × (C·KH·KW)
+/// matrix (the form im2col multiplies).
+fn conv_operands(x: &Tensor, k: &Tensor) -> TResult<(ConvDims, Vec<f32>, ndarray::Array2<f32>)> {
     let d = conv_dims(x.shape(), k.shape())?;
     let xs = x.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
     let wm = k
@@ -424,6 +425,12 @@ pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
         .to_owned()
         .into_shape_with_order((d.o, d.c * d.kh * d.kw))
         .map_err(|e| e.to_string())?;
+    Ok((d, xs, wm))
+}
+
+/// Valid (unpadded), stride-1 convolution, NCHW.
+pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
+    let (d, xs, wm) = conv_operands(x, k)?;
     let img = d.c * d.h * d.w;
     let mut out = ndarray::Array3::<f32>::zeros((d.n, d.o, d.oh * d.ow));
     for (n, out_n) in out.outer_iter_mut().enumerate() {
@@ -435,15 +442,8 @@ pub fn conv2d(x: &Tensor, k: &Tensor) -> TResult<Tensor> {
 
 /// The adjoints of `conv2d` with respect to its input and its weights.
 pub fn conv2d_grads(x: &Tensor, k: &Tensor, g: &Tensor) -> TResult<(Tensor, Tensor)> {
-    let d = conv_dims(x.shape(), k.shape())?;
-    let xs = x.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
+    let (d, xs, wm) = conv_operands(x, k)?;
     let gs = g.array().as_standard_layout().to_owned().into_raw_vec_and_offset().0;
-    let wm = k
-        .array()
-        .as_standard_layout()
-        .to_owned()
-        .into_shape_with_order((d.o, d.c * d.kh * d.kw))
-        .map_err(|e| e.to_string())?;
     let img = d.c * d.h * d.w;
     let gimg = d.o * d.oh * d.ow;
     let mut dw = ndarray::Array2::<f32>::zeros((d.o, d.c * d.kh * d.kw));

@@ -161,15 +161,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         },
         TOp::Reshape(shape) => {
             let t = t0()?;
-            let n: usize = shape.iter().product();
-            if n != t.len() {
-                return Err(Fault::new(format!(
-                    "cannot reshape a tensor of shape {} ({} elements) to {} ({n} elements)",
-                    fmt_shape(t.shape()),
-                    t.len(),
-                    fmt_shape(shape)
-                )));
-            }
+            check_reshape(t.shape(), shape)?;
             let a = t.array().as_standard_layout().to_owned();
             wrap(Tensor::from_array(a.into_shape_with_order(IxDyn(shape)).map_err(|e| Fault::new(e.to_string()))?))
         }
@@ -258,6 +250,19 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
             wrap(Tensor::from_array(out))
         }
     })
+}
+
+/// `reshape`'s one condition, on either device: the element counts agree.
+pub fn check_reshape(from: &[usize], to: &[usize]) -> FResult<()> {
+    let (m, n): (usize, usize) = (from.iter().product(), to.iter().product());
+    if m != n {
+        return Err(Fault::new(format!(
+            "cannot reshape a tensor of shape {} ({m} elements) to {} ({n} elements)",
+            fmt_shape(from),
+            fmt_shape(to)
+        )));
+    }
+    Ok(())
 }
 
 pub fn argmax(t: &Tensor) -> Option<usize> {

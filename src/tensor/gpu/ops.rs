@@ -198,15 +198,7 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         },
         TOp::Reshape(shape) => {
             let t = t0()?;
-            let n: usize = shape.iter().product();
-            if n != t.len() {
-                return Err(Fault::new(format!(
-                    "cannot reshape a tensor of shape {} ({} elements) to {} ({n} elements)",
-                    fmt_shape(&t.shape),
-                    t.len(),
-                    fmt_shape(shape)
-                )));
-            }
+            crate::tensor::ops::check_reshape(&t.shape, shape)?;
             wrap(t.reshaped(shape.clone()))
         }
         TOp::Transpose => wrap(k::transpose(t0()?)?),

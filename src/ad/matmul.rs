@@ -1,0 +1,122 @@
+//! The reverse rule of `@` on the CPU, done where the data is: adjoints of matrix products go
+//! straight into the adjoint buffers, and outer products wait to be summed as one product.
+//! `backward` tries this first for a `MatMul` frame; the generic rule (`ops::vjp`) covers every
+//! other case (GPU operands, higher-order derivatives, shared adjoint buffers).
+
+use super::{accumulate, Tracked};
+use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::value::Value;
+use crate::tensor::{self, Tensor};
+use std::rc::Rc;
+
+/// The matrix product's adjoint for input `i` without temporaries: dA += G Bᵀ and dB += Aᵀ G go
+/// straight into the adjoint buffer (transposes are strided views), and outer products
+/// (matrix-vector products) wait in `outer` to be summed in one go. Only the first-order case
+/// on the CPU qualifies (plain operands, an adjoint buffer nobody else holds); false leaves the
+/// input to the generic rule.
+pub(super) fn adjoint_into(primals: &[Value], g: &Value, i: usize, cell: &Rc<Tracked>, outer: &mut OuterSums) -> bool {
+    let (Value::Tensor(a), Value::Tensor(b), Value::Tensor(g)) = (&primals[0], &primals[1], g) else {
+        return false;
+    };
+    if a.is_gpu() || b.is_gpu() || g.is_gpu() {
+        return false;
+    }
+    match (i, a.shape().len(), b.shape().len()) {
+        // A @ b with b a vector: dA += g ⊗ b.  a @ B with a a vector: dB += a ⊗ g.
+        (0, 2, 1) => return outer.push(cell, g.clone(), b.clone()),
+        (1, 1, 2) => return outer.push(cell, a.clone(), g.clone()),
+        _ => {}
+    }
+    let shape = if i == 0 { a.shape() } else { b.shape() };
+    let mut slot = cell.adj.borrow_mut();
+    let mut target = match slot.take() {
+        None => Rc::new(Tensor::zeros(shape)),
+        Some(Value::Tensor(t)) if !t.is_gpu() && t.shape() == shape => t,
+        other => {
+            *slot = other;
+            return false;
+        }
+    };
+    let Some(buf) = Rc::get_mut(&mut target) else {
+        *slot = Some(Value::Tensor(target));
+        return false;
+    };
+    let (a, b, g, out) = (a.array(), b.array(), g.array(), buf.array_mut());
+    let done = match (i, a.ndim(), b.ndim()) {
+        (0, 2, 2) => tensor::product_into(out, g, false, b, true, 1.0),
+        (1, 2, 2) => tensor::product_into(out, a, true, g, false, 1.0),
+        // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
+        (1, 2, 1) => tensor::product_into(out, g, false, a, false, 1.0),
+        (0, 1, 2) => tensor::product_into(out, b, false, g, false, 1.0),
+        _ => Err(String::new()),
+    };
+    // On failure nothing was written (shapes are checked first), so the buffer goes back as is.
+    *slot = Some(Value::Tensor(target));
+    done.is_ok()
+}
+
+/// Outer-product adjoints (dW += u ⊗ v, from matrix-vector products), collected per input
+/// during one backward pass and summed as a single matrix product (Uᵀ V) when that input's
+/// adjoint is next needed. A recursive model applies the same weights at every node: one
+/// compute-bound product replaces a memory-bound rank-1 update of the whole matrix per node.
+type OuterPair = (Rc<Tensor>, Rc<Tensor>);
+
+#[derive(Default)]
+pub(super) struct OuterSums {
+    /// The few distinct weight cells of a model, each with its pending (u, v) pairs.
+    cells: Vec<(Rc<Tracked>, Vec<OuterPair>)>,
+}
+
+impl OuterSums {
+    fn push(&mut self, cell: &Rc<Tracked>, u: Rc<Tensor>, v: Rc<Tensor>) -> bool {
+        match self.cells.iter_mut().find(|(c, _)| Rc::ptr_eq(c, cell)) {
+            Some((_, pairs)) => pairs.push((u, v)),
+            None => self.cells.push((cell.clone(), vec![(u, v)])),
+        }
+        true
+    }
+
+    /// Adds `cell`'s pending products to its adjoint (before the adjoint is read).
+    pub(super) fn flush(&mut self, m: &mut Machine, cell: &Tracked) -> FResult<()> {
+        if self.cells.is_empty() {
+            return Ok(());
+        }
+        match self.cells.iter().position(|(c, _)| std::ptr::eq(&**c, cell)) {
+            Some(k) => {
+                let (cell, pairs) = self.cells.swap_remove(k);
+                accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))
+            }
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn flush_all(&mut self, m: &mut Machine) -> FResult<()> {
+        for (cell, pairs) in std::mem::take(&mut self.cells) {
+            accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Σ uₖ ⊗ vₖ as Uᵀ V, with the vectors stacked as the rows of U and V.
+fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
+    let stack = |pick: fn(&OuterPair) -> &Rc<Tensor>| -> FResult<ndarray::ArrayD<f32>> {
+        let n = pick(&pairs[0]).len();
+        let mut data = Vec::with_capacity(n * pairs.len());
+        for p in pairs {
+            let a = pick(p).array();
+            if a.len() != n {
+                return Err(Fault::new("internal: outer products of different shapes"));
+            }
+            match a.as_slice() {
+                Some(s) => data.extend_from_slice(s),
+                None => data.extend(a.iter().copied()),
+            }
+        }
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[pairs.len(), n]), data).map_err(|e| Fault::new(e.to_string()))
+    };
+    let (u, v) = (stack(|p| &p.0)?, stack(|p| &p.1)?);
+    let mut out = ndarray::ArrayD::zeros(ndarray::IxDyn(&[u.shape()[1], v.shape()[1]]));
+    tensor::product_into(&mut out, &u, true, &v, false, 0.0).map_err(Fault::new)?;
+    Ok(Tensor::from_array(out))
+}
