@@ -140,7 +140,7 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("is_nan", B::IsNan, "Float -> Bool"),
     ("ref", B::Ref, "a -> Ref a"),
     // tensors (src/tensor)
-    ("tensor", B::TensorOf, "a -> Tensor"),
+    ("tensor", B::TensorOf, "TensorData a => a -> Tensor"),
     ("zeros", B::Zeros, "List Int -> Tensor"),
     ("ones", B::Ones, "List Int -> Tensor"),
     ("full", B::Full, "List Int -> Float -> Tensor"),

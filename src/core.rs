@@ -113,9 +113,6 @@ pub enum Core {
         arity: u32,
         args: Vec<Core>,
     },
-    /// A value that must have the given type at run time: what a `reset` returns, since a
-    /// `shift` the checker could not see may have produced its answer.
-    Checked(Box<Core>, Ty, Span),
     /// A built-in function by index into the builtin table.
     Builtin(u32, Span),
 }

@@ -59,9 +59,6 @@ impl Session {
             base_scope: None,
             loading: Vec::new(),
         };
-        let option = "type Option a = None | Some a";
-        let items = parser::parse_program(option, s.sources.add("<builtin>", option))?;
-        s.check_items(&items, Path::new("."), false)?;
         if let Some(prelude) = stdlib_source("prelude") {
             let id = s.sources.add("<stdlib/prelude.dp>", prelude);
             let items = parser::parse_program(prelude, id)?;

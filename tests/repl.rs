@@ -42,8 +42,11 @@ fn repl_multi_line_input_continues_until_complete() {
 #[test]
 fn repl_type_command() {
     let mut p = start();
+    // Principal types: `x + 1.0` is Float or Tensor arithmetic, and `:type` shows the constraint.
     p.send_line(":type fun x -> x + 1.0").unwrap();
-    p.expect("Float -> Float").unwrap();
+    p.expect("Real a => a -> a").unwrap();
+    p.send_line(":type fun p g -> p - 0.1 * g").unwrap();
+    p.expect("Broadcast a b c) => a -> b -> c").unwrap();
     p.send_line(":type grad").unwrap();
     p.expect("(a -> Float) -> a -> a").unwrap();
     p.send_line(":quit").unwrap();

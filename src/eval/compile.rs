@@ -81,8 +81,6 @@ pub enum Op {
     Update(u32, u32),
     /// Constructor info index, argument count.
     MakeCon(u32, u32),
-    /// Checks the shape of the value on top of the stack (see `Core::Checked`).
-    CheckKind(Kind),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,66 +145,6 @@ impl Cmp {
 }
 
 /// The run-time shape of a type, as far as a shallow check can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Int,
-    Float,
-    Bool,
-    Str,
-    Unit,
-    List,
-    Tuple,
-    Record,
-    Function,
-}
-
-impl Kind {
-    fn of(t: &Ty) -> Option<Kind> {
-        Some(match t {
-            Ty::Con(n, _) => match &**n {
-                "Int" => Kind::Int,
-                "Float" => Kind::Float,
-                "Bool" => Kind::Bool,
-                "String" => Kind::Str,
-                "Unit" => Kind::Unit,
-                "List" => Kind::List,
-                _ => return None,
-            },
-            Ty::Tuple(_) => Kind::Tuple,
-            Ty::Record(_) => Kind::Record,
-            Ty::Fun(..) => Kind::Function,
-            _ => return None,
-        })
-    }
-    pub fn admits(self, v: &Value) -> bool {
-        matches!(
-            (self, v),
-            (Kind::Int, Value::Int(_))
-                | (Kind::Float, Value::Float(_) | Value::Tracked(_) | Value::Dual(_))
-                | (Kind::Bool, Value::Bool(_))
-                | (Kind::Str, Value::Str(_))
-                | (Kind::Unit, Value::Unit)
-                | (Kind::List, Value::Nil | Value::Cons(_))
-                | (Kind::Tuple, Value::Tuple(_))
-                | (Kind::Record, Value::Record(_))
-                | (Kind::Function, Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_))
-        )
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Int => "Int",
-            Kind::Float => "Float",
-            Kind::Bool => "Bool",
-            Kind::Str => "String",
-            Kind::Unit => "Unit",
-            Kind::List => "a List",
-            Kind::Tuple => "a tuple",
-            Kind::Record => "a record",
-            Kind::Function => "a function",
-        }
-    }
-}
-
 /// Builtins cheap enough to be instructions of their own.
 fn inline_builtin(i: u32) -> Option<Op> {
     use crate::ad::rules::Un;
@@ -544,12 +482,6 @@ impl Builder<'_> {
                 self.expr(base, false, *sp);
                 let k = self.konst(Value::Str(Rc::new(name.to_string())));
                 self.emit(Op::Field(k), *sp);
-            }
-            Core::Checked(inner, ty, sp) => {
-                self.expr(inner, false, *sp);
-                if let Some(k) = Kind::of(&self.subst.prune(ty)) {
-                    self.emit(Op::CheckKind(k), *sp);
-                }
             }
             Core::Con { tag, name, args, .. } => {
                 for a in args {

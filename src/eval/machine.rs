@@ -628,14 +628,6 @@ impl Machine {
                     }
                     self.stack.push(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })));
                 }
-                Op::CheckKind(k) => {
-                    let v = self.stack.last().unwrap_or(&Value::Unit);
-                    if !k.admits(v) {
-                        let found = v.type_name();
-                        fault!(Fault::new(format!("answer type mismatch: this `reset` should produce {}, but a `shift` inside it returned a {found}", k.name()))
-                            .help("the body of a `shift` must return the same type as its enclosing `reset`"));
-                    }
-                }
                 Op::MakeCon(ci, n) => {
                     let args: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let c = &clo.func.cons[ci as usize];

@@ -166,7 +166,7 @@ impl Analysis {
             .iter()
             .rev()
             .find(|(n, s, _)| &**n == name && s.file == self.file && s.start <= def_span.start && def_span.end <= s.end)
-            .map(|(_, _, t)| ch.show(t))
+            .map(|(_, _, t)| ch.show_scheme(t))
     }
 
     /// The type of a definition of this document, if it was checked.

@@ -1,7 +1,7 @@
 //! Type inference (HM with levels, let-polymorphism with the value restriction) that also
 //! elaborates the AST to core IR: names become slots, lambdas list their captures.
 
-use super::ty::{class, Printer, Scheme, Subst, Ty, UnifyError};
+use super::ty::{class, free_vars, Broadcast, Printer, Scheme, Subst, Ty, UnifyError};
 use crate::builtins::TABLE;
 use crate::core::{Const, Core, Lambda, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
@@ -30,7 +30,10 @@ pub struct ConInfo {
 #[derive(Clone, Debug)]
 enum TypeBodyInfo {
     Builtin,
-    Variants,
+    /// A declared variant type, known to the type system by its identity: the declared name
+    /// for the first declaration of that name, `Name/2`, `Name/3`… for later ones (as OCaml
+    /// shows shadowed types), so two declarations are never the same type.
+    Variants(Rc<str>),
     Alias(Vec<u32>, Ty),
 }
 
@@ -96,14 +99,20 @@ pub struct Checker {
     types: HashMap<Rc<str>, TypeInfo>,
     pub modules: Vec<Module>,
     pub warnings: Vec<Diagnostic>,
-    /// Answer types of the `reset (fun () -> …)` bodies lexically around, with their depth.
-    resets: Vec<(usize, Ty)>,
+    /// The answer type of the context being checked: what the nearest `reset` around the
+    /// running code produces (a variable where nothing constrains it).
+    answer: Ty,
+    /// Set while a `type` declaration's constructor arguments are converted: their arrows
+    /// get one answer type that is never generalised (see `convert_type`).
+    in_declaration: bool,
     tyvars: HashMap<String, Ty>,
+    /// How many types of each name have been declared (for the identities of later ones).
+    declared: HashMap<Rc<str>, u32>,
     depth: u32,
     /// When set, every binding site is recorded in `binding_sites` (the language server's hover).
     pub record_bindings: bool,
     /// Name, binding span and type (render with `show` once checking is done) of each binding.
-    pub binding_sites: Vec<(Rc<str>, Span, Ty)>,
+    pub binding_sites: Vec<(Rc<str>, Span, Scheme)>,
 }
 
 fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
@@ -120,25 +129,55 @@ fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
             Some("Num") => class::NUM,
             Some("Diff") => class::DIFF,
             Some("Real") => class::REAL | class::NUM,
+            Some("TensorData") => class::TENSOR_DATA,
             _ => 0,
         };
         let v = it.next().unwrap_or("a").to_string();
         vars.insert(v, sub.fresh_with(1, cls));
     }
-    let ty = convert_simple(sub, &te, &mut vars);
-    let qs = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
-    Scheme { vars: qs, ty }
+    // A builtin calls the functions it is given where it is called (`grad f x` runs `f`
+    // in the caller's context: a `shift` in `f` reaches the caller's `reset`), so all the
+    // arrows of its type share one answer type.
+    let answer = sub.fresh(1);
+    let ty = convert_simple(sub, &te, &mut vars, &answer);
+    let mut qs: Vec<u32> = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
+    if let Ty::Var(r) = answer {
+        qs.push(r);
+    }
+    Scheme { vars: qs, ty, broadcasts: Vec::new() }
+}
+
+/// The types of `reset` and `shift`, which say how answer types flow:
+/// `reset : (Unit -[a]-> a) -[r]-> a` runs its body in a context producing `a`;
+/// `shift : ((b -[r1]-> a) -[a]-> a) -[a]-> b` must be called where the enclosing `reset`
+/// produces `a`, its body runs there too, and the captured continuation `k`, itself
+/// delimited when resumed, can be called anywhere.
+fn control_scheme(sub: &mut Subst, name: &str) -> Scheme {
+    let v = |sub: &mut Subst| sub.fresh(1);
+    let var_id = |t: &Ty| if let Ty::Var(v) = t { *v } else { 0 };
+    if name == "reset" {
+        let (a, r) = (v(sub), v(sub));
+        let ty = Ty::fun(Ty::fun(Ty::unit(), a.clone(), a.clone()), a.clone(), r.clone());
+        Scheme { vars: vec![var_id(&a), var_id(&r)], ty, broadcasts: Vec::new() }
+    } else {
+        let (a, b, r1) = (v(sub), v(sub), v(sub));
+        let k = Ty::fun(b.clone(), a.clone(), r1.clone());
+        let ty = Ty::fun(Ty::fun(k, a.clone(), a.clone()), b.clone(), a.clone());
+        Scheme { vars: vec![var_id(&a), var_id(&b), var_id(&r1)], ty, broadcasts: Vec::new() }
+    }
 }
 
 /// Converts builtin type expressions (only builtin type names, no aliases).
-fn convert_simple(sub: &mut Subst, te: &TypeExpr, vars: &mut HashMap<String, Ty>) -> Ty {
+fn convert_simple(sub: &mut Subst, te: &TypeExpr, vars: &mut HashMap<String, Ty>, answer: &Ty) -> Ty {
     match &te.kind {
         TypeExprKind::Var(v) => vars.entry(v.clone()).or_insert_with(|| sub.fresh(1)).clone(),
         TypeExprKind::Con(n, args) => {
-            Ty::Con(n.as_str().into(), args.iter().map(|a| convert_simple(sub, a, vars)).collect())
+            Ty::Con(n.as_str().into(), args.iter().map(|a| convert_simple(sub, a, vars, answer)).collect())
         }
-        TypeExprKind::Fun(a, b) => Ty::fun(convert_simple(sub, a, vars), convert_simple(sub, b, vars)),
-        TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars)).collect()),
+        TypeExprKind::Fun(a, b) => {
+            Ty::fun(convert_simple(sub, a, vars, answer), convert_simple(sub, b, vars, answer), answer.clone())
+        }
+        TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars, answer)).collect()),
         TypeExprKind::Record(_) => Ty::unit(),
     }
 }
@@ -158,8 +197,10 @@ impl Default for Checker {
             types: HashMap::new(),
             modules: Vec::new(),
             warnings: Vec::new(),
-            resets: Vec::new(),
+            answer: Ty::unit(),
+            in_declaration: false,
             tyvars: HashMap::new(),
+            declared: HashMap::new(),
             depth: 0,
             record_bindings: false,
             binding_sites: Vec::new(),
@@ -174,9 +215,13 @@ impl Checker {
             [("Int", 0), ("Float", 0), ("Bool", 0), ("String", 0), ("Unit", 0), ("Tensor", 0), ("List", 1), ("Ref", 1)]
         {
             c.types.insert(n.into(), TypeInfo { arity: a, body: TypeBodyInfo::Builtin });
+            c.declared.insert(n.into(), 1);
         }
         for (i, (name, _, ty)) in TABLE.iter().enumerate() {
-            let scheme = builtin_scheme(&mut c.subst, ty);
+            let scheme = match *name {
+                "reset" | "shift" => control_scheme(&mut c.subst, name),
+                _ => builtin_scheme(&mut c.subst, ty),
+            };
             c.scope.entry((*name).into()).or_default().push(Binding {
                 scheme,
                 loc: Loc::Builtin(i as u32),
@@ -191,7 +236,7 @@ impl Checker {
 
     fn push_binding(&mut self, name: Rc<str>, b: Binding) {
         if self.record_bindings {
-            self.binding_sites.push((name.clone(), b.span, b.scheme.ty.clone()));
+            self.binding_sites.push((name.clone(), b.span, b.scheme.clone()));
         }
         self.scope.entry(name.clone()).or_default().push(b);
         self.undo.push(name);
@@ -255,43 +300,65 @@ impl Checker {
             let cls = self.subst.class_of(*v);
             map.insert(*v, self.subst.fresh_with(self.level, cls));
         }
+        for k in &s.broadcasts {
+            let (a, b, c) = (self.copy_ty(&k.a, &map), self.copy_ty(&k.b, &map), self.copy_ty(&k.c, &map));
+            // A scheme's constraints were satisfiable when it was made, and instantiation
+            // only renames their variables, so this cannot fail.
+            let _ = self.subst.add_broadcast(a, b, c, k.origin, k.op);
+        }
         self.copy_ty(&s.ty, &map)
     }
     fn copy_ty(&mut self, t: &Ty, map: &HashMap<u32, Ty>) -> Ty {
         match self.subst.prune(t) {
             Ty::Var(v) => map.get(&v).cloned().unwrap_or(Ty::Var(v)),
             Ty::Con(n, a) => Ty::Con(n, a.iter().map(|x| self.copy_ty(x, map)).collect()),
-            Ty::Fun(a, b) => Ty::fun(self.copy_ty(&a, map), self.copy_ty(&b, map)),
+            Ty::Fun(a, b, r) => Ty::fun(self.copy_ty(&a, map), self.copy_ty(&b, map), self.copy_ty(&r, map)),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|x| self.copy_ty(x, map)).collect()),
             Ty::Record(r) => Ty::Record(Rc::new(self.copy_ty(&r, map))),
             Ty::RowEmpty => Ty::RowEmpty,
             Ty::RowExt(l, a, r) => Ty::RowExt(l, Rc::new(self.copy_ty(&a, map)), Rc::new(self.copy_ty(&r, map))),
         }
     }
-    fn generalize(&self, t: &Ty) -> Scheme {
+    /// Quantifies the variables of `t` that belong to the `let` being closed (their level is
+    /// above the current one), with the broadcast constraints that mention them: those move
+    /// into the scheme, and every use gets its own copy.
+    fn generalize(&mut self, t: &Ty) -> Scheme {
         let mut vars = Vec::new();
-        self.free_vars(t, &mut vars);
+        free_vars(&self.subst, t, &mut vars);
         vars.retain(|v| self.subst.level_of(*v) > self.level);
-        Scheme { vars, ty: self.subst.resolve(t) }
-    }
-    fn free_vars(&self, t: &Ty, out: &mut Vec<u32>) {
-        match self.subst.prune(t) {
-            Ty::Var(v) => {
-                if !out.contains(&v) {
-                    out.push(v)
+        let mut broadcasts = Vec::new();
+        let mut i = 0;
+        while i < vars.len() {
+            let pending: Vec<u32> = self.subst.pending_on(vars[i]).collect();
+            for id in pending {
+                let k = self.subst.broadcast(id).clone();
+                self.subst.consume(id);
+                let mut more = Vec::new();
+                for t in [&k.a, &k.b, &k.c] {
+                    free_vars(&self.subst, t, &mut more);
                 }
+                for v in more {
+                    if self.subst.level_of(v) > self.level && !vars.contains(&v) {
+                        vars.push(v);
+                    }
+                }
+                let r = |t: &Ty| self.subst.resolve(t);
+                broadcasts.push(Broadcast { a: r(&k.a), b: r(&k.b), c: r(&k.c), ..k });
             }
-            Ty::Con(_, a) | Ty::Tuple(a) => a.iter().for_each(|x| self.free_vars(x, out)),
-            Ty::Fun(a, b) => {
-                self.free_vars(&a, out);
-                self.free_vars(&b, out)
-            }
-            Ty::Record(r) => self.free_vars(&r, out),
-            Ty::RowEmpty => {}
-            Ty::RowExt(_, a, r) => {
-                self.free_vars(&a, out);
-                self.free_vars(&r, out)
-            }
+            i += 1;
+        }
+        Scheme { vars, ty: self.subst.resolve(t), broadcasts }
+    }
+
+    /// The scheme of a `let`-bound name: generalised when the bound expression is a syntactic
+    /// value; otherwise monomorphic, with its variables lowered to the current level so that
+    /// no later `let` (a closure over the name, say) generalises them either.
+    fn scheme_for(&mut self, t: Ty, is_value: bool) -> Scheme {
+        if is_value {
+            self.generalize(&t)
+        } else {
+            self.subst.lower_levels(&t, self.level);
+            Scheme::mono(t)
         }
     }
     fn fresh(&mut self) -> Ty {
@@ -328,8 +395,24 @@ impl Checker {
                     if shown == "Int" && fnd.contains("Int") {
                         d = d.help("Int and Float never mix: convert with `float n` (or `int x`)");
                     }
+                } else if c == class::TENSOR_DATA {
+                    d = d.help(
+                        "`tensor` takes Floats in nested lists: write Float literals such as `tensor [[1.0, 2.0], [3.0, 4.0]]`; convert Ints with `float`",
+                    );
                 } else if c == class::DIFF {
                     d = d.note("grad, value_and_grad and jvp differentiate with respect to Float, Tensor, or tuples, records and lists of them");
+                }
+                return d;
+            }
+            UnifyError::Broadcast(id, x, y) => {
+                let k = self.subst.broadcast(id);
+                let (sx, sy) = (p.show(&self.subst, &x), p.show(&self.subst, &y));
+                let mut d = Diagnostic::error(Phase::Type, format!("`{}` cannot combine `{sx}` with `{sy}`", k.op))
+                    .label(k.origin, format!("this `{}` has operands of types `{sx}` and `{sy}`", k.op))
+                    .label(span, format!("this has type `{fnd}`, which fixes them"))
+                    .note("arithmetic combines two Ints, two Floats, two Tensors, or a Float with a Tensor");
+                if (sx == "Int" && sy == "Float") || (sx == "Float" && sy == "Int") {
+                    d = d.help("Int and Float never mix: convert with `float n` or `int x`");
                 }
                 return d;
             }
@@ -350,6 +433,12 @@ impl Checker {
         }
         if (exp == "Int" && fnd == "Float") || (exp == "Float" && fnd == "Int") {
             d = d.help("Int and Float never mix: convert with `float n` or `int x`");
+        }
+        if let Some(later) = [&exp, &fnd].into_iter().find_map(|t| shadowed_type_name(t)) {
+            d = d.note(format!(
+                "`{later}` is a later declaration of `{}`: each `type` declaration is a new type, distinct from every other of the same name",
+                later.split('/').next().unwrap_or_default()
+            ));
         }
         d
     }
@@ -383,10 +472,18 @@ impl Checker {
                         let map = params.into_iter().zip(args).collect();
                         self.copy_ty(&body, &map)
                     }
-                    _ => Ty::Con(n.as_str().into(), args.into()),
+                    TypeBodyInfo::Variants(ident) => Ty::Con(ident, args.into()),
+                    TypeBodyInfo::Builtin => Ty::Con(n.as_str().into(), args.into()),
                 }
             }
-            TypeExprKind::Fun(a, b) => Ty::fun(self.convert_type(a)?, self.convert_type(b)?),
+            TypeExprKind::Fun(a, b) => {
+                // An annotation says nothing of answer types: a fresh variable. In a `type`
+                // declaration the arrow's answer type is one variable that is never
+                // generalised: a function stored in a variant may shift, and every such
+                // function of that constructor must then agree on what it shifts to.
+                let answer = if self.in_declaration { self.subst.fresh(0) } else { self.fresh() };
+                Ty::fun(self.convert_type(a)?, self.convert_type(b)?, answer)
+            }
             TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| self.convert_type(a)).collect::<R<_>>()?),
             TypeExprKind::Record(fs) => {
                 let mut row = Ty::RowEmpty;
@@ -424,15 +521,22 @@ impl Checker {
                     .label(first.span, "first here"));
             }
         }
-        for d in ds.iter().filter(|d| matches!(d.body, TypeBody::Variants(_))) {
-            self.types.insert(d.name.as_str().into(), TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants });
+        let mut idents = Vec::new();
+        for d in ds {
+            let name: Rc<str> = d.name.as_str().into();
+            let n = self.declared.entry(name.clone()).or_insert(0);
+            *n += 1;
+            let ident: Rc<str> = if *n == 1 { name.clone() } else { format!("{name}/{n}").into() };
+            if matches!(d.body, TypeBody::Variants(_)) {
+                self.types
+                    .insert(name, TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants(ident.clone()) });
+            }
+            idents.push(ident);
         }
-        ds.iter().try_for_each(|d| self.declare_type(d))
+        ds.iter().zip(idents).try_for_each(|(d, ident)| self.declare_type(d, ident))
     }
 
-    fn declare_type(&mut self, d: &TypeDecl) -> R<()> {
-        // Register first so recursive types refer to themselves.
-        self.types.insert(d.name.as_str().into(), TypeInfo { arity: d.params.len(), body: TypeBodyInfo::Variants });
+    fn declare_type(&mut self, d: &TypeDecl, ident: Rc<str>) -> R<()> {
         self.tyvars.clear();
         let params: Vec<Ty> = d
             .params
@@ -453,7 +557,7 @@ impl Checker {
                 );
             }
             TypeBody::Variants(vs) => {
-                let result = Ty::Con(d.name.as_str().into(), params.clone().into());
+                let result = Ty::Con(ident.clone(), params.clone().into());
                 let siblings: Rc<[Rc<str>]> = vs.iter().map(|v| Rc::from(v.name.as_str())).collect();
                 let mut infos = Vec::new();
                 for (tag, v) in vs.iter().enumerate() {
@@ -461,13 +565,29 @@ impl Checker {
                         return Err(Diagnostic::error(Phase::Type, format!("constructor `{}` declared twice", v.name))
                             .label(v.span, "duplicate"));
                     }
-                    let mut ty = result.clone();
-                    for a in v.args.iter().rev() {
-                        let at = self.convert_type(a)?;
-                        ty = Ty::fun(at, ty);
+                    let mut arg_tys = Vec::new();
+                    for a in &v.args {
+                        self.in_declaration = true;
+                        let at = self.convert_type(a);
+                        self.in_declaration = false;
+                        arg_tys.push(at?);
                     }
                     let mut extra = Vec::new();
-                    self.free_vars(&ty, &mut extra);
+                    for at in &arg_tys {
+                        free_vars(&self.subst, at, &mut extra);
+                    }
+                    // The never-generalised answer types of arrows among the arguments.
+                    extra.retain(|x| self.subst.level_of(*x) != 0);
+                    // A constructor is a pure function: its own arrows' answer types are free.
+                    let mut vars = pvars.clone();
+                    let mut ty = result.clone();
+                    for at in arg_tys.into_iter().rev() {
+                        let answer = self.subst.fresh(u32::MAX);
+                        if let Ty::Var(r) = answer {
+                            vars.push(r);
+                        }
+                        ty = Ty::fun(at, ty, answer);
+                    }
                     if let Some(bad) = extra.iter().find(|x| !pvars.contains(x)) {
                         let _ = bad;
                         return Err(Diagnostic::error(
@@ -481,10 +601,10 @@ impl Checker {
                     }
                     infos.push(ConInfo {
                         name: v.name.as_str().into(),
-                        type_name: d.name.as_str().into(),
+                        type_name: ident.clone(),
                         tag: tag as u32,
                         arity: v.args.len() as u32,
-                        scheme: Scheme { vars: pvars.clone(), ty },
+                        scheme: Scheme { vars, ty, broadcasts: Vec::new() },
                         siblings: siblings.clone(),
                     });
                 }
@@ -505,6 +625,9 @@ impl Checker {
         self.tyvars.clear();
         self.funs = vec![FunCtx::default()];
         self.level = 0;
+        // A top-level item runs under no `reset` of the program's (a `shift` there is a
+        // run-time error), so its answer type is unconstrained.
+        self.answer = self.fresh();
         let mut defined = Vec::new();
         let mut expr_type = None;
         let code = match &item.kind {
@@ -546,7 +669,7 @@ impl Checker {
                             let at = self.convert_type(te)?;
                             self.unify_at(&at, &t, e.span, Some((te.span, "annotated as")))?;
                         }
-                        let scheme = if is_value { self.generalize(&t) } else { Scheme::mono(t) };
+                        let scheme = self.scheme_for(t, is_value);
                         let g = self.new_global(name);
                         defined.push((Rc::from(name), self.show_scheme(&scheme)));
                         self.push_binding(
@@ -561,7 +684,7 @@ impl Checker {
                         self.warn_exhaustive(std::slice::from_ref(p), &t, p.span, "this `let` pattern");
                         let mut sets = Vec::new();
                         for (name, ty, slot, span) in binds {
-                            let scheme = if is_value { self.generalize(&ty) } else { Scheme::mono(ty) };
+                            let scheme = self.scheme_for(ty, is_value);
                             let g = self.new_global(&name);
                             defined.push((name.clone(), self.show_scheme(&scheme)));
                             self.push_binding(name, Binding { scheme, loc: Loc::Global(g), self_depth: None, span });
@@ -624,8 +747,9 @@ impl Checker {
         Ok(CheckedItem { code, nlocals, span: item.span, defined, expr_type })
     }
 
-    fn show_scheme(&self, s: &Scheme) -> String {
-        self.show(&s.ty)
+    /// A scheme rendered with its constraints (`Real a => a -> a`).
+    pub fn show_scheme(&self, s: &Scheme) -> String {
+        Printer::default().show_constrained(&self.subst, &s.ty, &s.broadcasts)
     }
 
     fn new_global(&mut self, name: &str) -> u32 {
@@ -660,15 +784,18 @@ impl Checker {
 
     /// Names and rendered types of every value in scope (for the REPL's completion and the LSP).
     pub fn names_in_scope(&self) -> Vec<(Rc<str>, String)> {
-        let mut v: Vec<_> =
-            self.scope.iter().filter_map(|(n, bs)| bs.last().map(|b| (n.clone(), self.show(&b.scheme.ty)))).collect();
+        let mut v: Vec<_> = self
+            .scope
+            .iter()
+            .filter_map(|(n, bs)| bs.last().map(|b| (n.clone(), self.show_scheme(&b.scheme))))
+            .collect();
         v.sort();
         v
     }
 
     /// The type of a name in scope, rendered.
     pub fn type_of_name(&self, name: &str) -> Option<String> {
-        self.scope.get(name).and_then(|v| v.last()).map(|b| self.show(&b.scheme.ty))
+        self.scope.get(name).and_then(|v| v.last()).map(|b| self.show_scheme(&b.scheme))
     }
 
     /// Infers the type of a standalone expression (REPL `:type`), without running it.
@@ -676,10 +803,11 @@ impl Checker {
         self.funs = vec![FunCtx::default()];
         self.tyvars.clear();
         self.level = 1;
+        self.answer = self.fresh();
         let r = self.infer(e);
         self.level = 0;
         let (_, t) = r?;
-        Ok(self.show(&t))
+        Ok(Printer::default().show_constrained(&self.subst, &t, &[]))
     }
 
     // ------------------------------------------------------------ expressions
@@ -726,7 +854,7 @@ impl Checker {
                         let at = self.convert_type(te)?;
                         self.unify_at(&at, &t1, e1.span, Some((te.span, "annotated as")))?;
                     }
-                    let scheme = if is_value { self.generalize(&t1) } else { Scheme::mono(t1) };
+                    let scheme = self.scheme_for(t1, is_value);
                     let slot = self.new_slot();
                     let depth = self.fun_depth();
                     self.push_binding(
@@ -747,7 +875,7 @@ impl Checker {
                     self.warn_exhaustive(std::slice::from_ref(&**p), &t1, p.span, "this `let` pattern");
                     for (name, ty, slot, span) in binds {
                         let depth = self.fun_depth();
-                        let scheme = if is_value { self.generalize(&ty) } else { Scheme::mono(ty) };
+                        let scheme = self.scheme_for(ty, is_value);
                         self.push_binding(
                             name,
                             Binding { scheme, loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
@@ -947,27 +1075,37 @@ impl Checker {
         })
     }
 
-    /// `tensor`'s argument: a Float or lists nested to any depth with Floats inside.
-    fn check_nested_floats(&mut self, t: &Ty, span: Span) -> R<()> {
-        let mut cur = self.subst.prune(t);
-        loop {
-            match cur {
-                Ty::Con(ref n, ref args) if &**n == "List" => cur = self.subst.prune(&args[0]),
-                Ty::Var(_) => return self.unify_at(&Ty::float(), &cur, span, None),
-                ref other if other.is_con("Float") => return Ok(()),
-                _ => {
-                    let shown = self.show(t);
-                    return Err(Diagnostic::error(
-                        Phase::Type,
-                        format!("`tensor` expects Floats in nested lists, found `{shown}`"),
-                    )
-                    .label(span, format!("this has type `{shown}`"))
-                    .help(
-                        "write Float literals such as `tensor [[1.0, 2.0], [3.0, 4.0]]`; convert Ints with `float`",
-                    ));
-                }
-            }
+    /// An arithmetic operation whose operand types cannot be combined, found when it is met.
+    fn arith_error(&self, e: UnifyError, op: &str, opspan: Span, a: (Span, &Ty), b: (Span, &Ty)) -> Diagnostic {
+        let mut p = Printer::default();
+        let (ra, rb) = (self.subst.resolve(a.1), self.subst.resolve(b.1));
+        let (sa, sb) = (p.show(&self.subst, &ra), p.show(&self.subst, &rb));
+        let numeric = |t: &Ty| matches!(t, Ty::Var(_)) || ["Int", "Float", "Tensor"].iter().any(|n| t.is_con(n));
+        if !matches!(e, UnifyError::Broadcast(..)) {
+            return self.unify_error(e, a.1, a.1, opspan, None);
         }
+        // One non-numeric type on both sides (or beside a variable): say that it is not numeric.
+        let lone = match (numeric(&ra), numeric(&rb)) {
+            (false, true) if matches!(rb, Ty::Var(_)) => Some((a.0, &sa)),
+            (true, false) if matches!(ra, Ty::Var(_)) => Some((b.0, &sb)),
+            (false, false) if ra == rb => Some((a.0, &sa)),
+            _ => None,
+        };
+        if let Some((span, shown)) = lone {
+            return Diagnostic::error(Phase::Type, format!("type `{shown}` is not {}", class::describe(class::NUM)))
+                .label(span, format!("this has type `{shown}`"))
+                .label(opspan, format!("`{op}` is arithmetic"));
+        }
+        let mut d = Diagnostic::error(Phase::Type, format!("type mismatch: expected `{sa}`, found `{sb}`"))
+            .label(b.0, format!("this has type `{sb}`"))
+            .label(a.0, format!("the left operand has type `{sa}`"))
+            .label(opspan, format!("`{op}` needs two operands of one numeric type"));
+        if (sa == "Int" && sb == "Float") || (sa == "Float" && sb == "Int") {
+            d = d.help("Int and Float never mix: convert with `float n` or `int x`");
+        } else if numeric(&ra) && numeric(&rb) {
+            d = d.note("arithmetic combines two Ints, two Floats, two Tensors, or a Float with a Tensor");
+        }
+        d
     }
 
     fn require(&mut self, c: u8, t: &Ty, span: Span) -> R<()> {
@@ -1033,7 +1171,7 @@ impl Checker {
         let mut cargs = Vec::new();
         for a in &args[..n] {
             let (ca, ta) = self.infer(a)?;
-            let Ty::Fun(p, r) = self.subst.prune(&ft) else { unreachable!("constructor type has arity arrows") };
+            let Ty::Fun(p, r, _) = self.subst.prune(&ft) else { unreachable!("constructor type has arity arrows") };
             self.unify_at(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))))?;
             cargs.push(ca);
             ft = (*r).clone();
@@ -1086,90 +1224,84 @@ impl Checker {
         if let ExprKind::Con(c) = &head.kind {
             return self.infer_con_app(c, head.span, args, sp);
         }
-        // reset (fun () -> body): a shift lexically in body shares its answer type.
-        let builtin_name = match &head.kind {
-            ExprKind::Var(x) => match self.scope.get(x.as_str()).and_then(|v| v.last()).map(|b| &b.loc) {
-                Some(Loc::Builtin(i)) => Some(TABLE[*i as usize].0),
-                _ => None,
-            },
-            _ => None,
-        };
-        let answer =
-            if builtin_name == Some("reset") && matches!(args.first().map(|a| &a.kind), Some(ExprKind::Lam(..))) {
-                let a = self.fresh();
-                self.resets.push((self.fun_depth() + 1, a.clone()));
-                Some(a)
-            } else {
-                None
-            };
         let (chead, mut ft) = self.infer(head)?;
         let mut cargs = Vec::new();
-        let mut result = Ok(());
-        for (i, a) in args.iter().enumerate() {
-            let (ca, ta) = match self.infer(a) {
-                Ok(x) => x,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            if i == 0 && builtin_name == Some("tensor") {
-                if let Err(e) = self.check_nested_floats(&ta, a.span) {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if i == 0 && builtin_name == Some("shift") {
-                if let Some((d, ans)) = self.resets.last().cloned() {
-                    if d == self.fun_depth() {
-                        let b = self.fresh();
-                        let k = Ty::fun(b.clone(), ans.clone());
-                        let want = Ty::fun(k, ans);
-                        if let Err(e) = self.unify_at(&want, &ta, a.span, None) {
-                            result = Err(e.note("a `shift` body must return the answer type of its enclosing `reset`"));
-                            break;
-                        }
-                    }
-                }
-            }
-            let r = self.fresh();
+        for a in args {
+            let (ca, ta) = self.infer(a)?;
             let fpruned = self.subst.prune(&ft);
-            if let Ty::Fun(p, res) = &fpruned {
-                if let Err(e) = self.unify_at(p, &ta, a.span, Some((head.span, "this function expects"))) {
-                    result = Err(e);
-                    break;
+            if let Ty::Fun(p, res, answer) = &fpruned {
+                if cargs.is_empty() && self.is_builtin(head, "reset") {
+                    self.check_reset_body(&ta, a.span)?;
                 }
+                self.unify_at(p, &ta, a.span, Some((head.span, "this function expects")))?;
+                self.unify_answer(answer, head, sp)?;
                 ft = (**res).clone();
                 cargs.push(ca);
-                let _ = r;
                 continue;
             }
-            if let Err(e) = self.subst.unify(&fpruned, &Ty::fun(ta.clone(), r.clone())) {
+            let r = self.fresh();
+            let want = Ty::fun(ta.clone(), r.clone(), self.answer.clone());
+            if let Err(e) = self.subst.unify(&fpruned, &want) {
                 let shown = self.show(&fpruned);
                 if matches!(fpruned, Ty::Var(_)) {
-                    result = Err(self.unify_error(e, &Ty::fun(ta.clone(), r.clone()), &fpruned, head.span, None));
-                    break;
+                    return Err(self.unify_error(e, &want, &fpruned, head.span, None));
                 }
-                result = Err(Diagnostic::error(Phase::Type, format!("this is not a function: it has type `{shown}`"))
+                return Err(Diagnostic::error(Phase::Type, format!("this is not a function: it has type `{shown}`"))
                     .label(head.span, format!("has type `{shown}`"))
                     .label(a.span, "but it is applied to this argument"));
-                break;
             }
             ft = r;
             cargs.push(ca);
         }
-        if answer.is_some() {
-            self.resets.pop();
+        Ok((Core::App(Box::new(chead), cargs, sp), ft))
+    }
+
+    fn is_builtin(&self, e: &Expr, name: &str) -> bool {
+        match &e.kind {
+            ExprKind::Var(x) => matches!(
+                self.scope.get(x.as_str()).and_then(|v| v.last()).map(|b| &b.loc),
+                Some(Loc::Builtin(i)) if TABLE[*i as usize].0 == name
+            ),
+            _ => false,
         }
-        result?;
-        if let Some(a) = answer {
-            self.subst.unify(&a, &ft).map_err(|e| self.unify_error(e, &a, &ft, sp, None))?;
+    }
+
+    /// `reset f`: what `f` returns and what the `shift`s in it return must agree. Said in
+    /// those words when they do not (a plain mismatch of `f`'s type otherwise).
+    fn check_reset_body(&mut self, body: &Ty, span: Span) -> R<()> {
+        let Ty::Fun(_, produced, shifted) = self.subst.prune(body) else { return Ok(()) };
+        if self.subst.unify(&produced, &shifted).is_ok() {
+            return Ok(());
         }
-        let app = Core::App(Box::new(chead), cargs, sp);
-        if builtin_name == Some("reset") {
-            return Ok((Core::Checked(Box::new(app), ft.clone(), sp), ft));
-        }
-        Ok((app, ft))
+        let mut p = Printer::default();
+        let (sp, ss) = (p.show(&self.subst, &produced), p.show(&self.subst, &shifted));
+        Err(Diagnostic::error(
+            Phase::Type,
+            format!("answer type mismatch: this `reset`'s body produces `{sp}`, but a `shift` in it returns `{ss}`"),
+        )
+        .label(span, format!("this produces `{sp}`, and a `shift` reached from it returns `{ss}`"))
+        .note("the body of a `shift` must return the type that its enclosing `reset` produces"))
+    }
+
+    /// A call runs the callee's body in the current context: the answer type the callee's
+    /// `shift`s expect must be the one the `reset` around this call produces.
+    fn unify_answer(&mut self, callee: &Ty, head: &Expr, sp: Span) -> R<()> {
+        let here = self.answer.clone();
+        self.subst.unify(callee, &here).map_err(|e| {
+            let mut p = Printer::default();
+            let (want, have) = (p.show(&self.subst, callee), p.show(&self.subst, &here));
+            let d = Diagnostic::error(
+                Phase::Type,
+                format!("answer type mismatch: a `shift` in this call returns `{want}`, but the `reset` around it produces `{have}`"),
+            )
+            .label(head.span, format!("this call may `shift` to a `reset` that produces `{want}`"))
+            .label(sp, format!("the `reset` around this call produces `{have}`"))
+            .note("the body of a `shift` must return the type that its enclosing `reset` produces");
+            match e {
+                UnifyError::Occurs(..) | UnifyError::Mismatch(..) => d,
+                other => self.unify_error(other, callee, &here, sp, None),
+            }
+        })
     }
 
     fn infer_bin(&mut self, op: BinOp, opspan: Span, a: &Expr, b: &Expr, sp: Span) -> R<(Core, Ty)> {
@@ -1189,18 +1321,11 @@ impl Checker {
                     BinOp::Div => Prim::Div,
                     _ => Prim::Pow,
                 };
-                let (ra, rb) = (self.subst.prune(&ta), self.subst.prune(&tb));
-                let mixed = (ra.is_con("Float") && rb.is_con("Tensor")) || (ra.is_con("Tensor") && rb.is_con("Float"));
-                if mixed {
-                    (prim(p, Ty::tensor(), ca, cb), Ty::tensor())
-                } else {
-                    self.unify_at(&ta, &tb, b.span, left).map_err(|d| {
-                        d.label(opspan, format!("`{}` needs two operands of one numeric type", op.symbol()))
-                    })?;
-                    self.require(class::NUM, &ta, a.span)
-                        .map_err(|d| d.label(opspan, format!("`{}` is arithmetic", op.symbol())))?;
-                    (prim(p, ta.clone(), ca, cb), ta)
+                let result = self.fresh();
+                if let Err(e) = self.subst.add_broadcast(ta.clone(), tb.clone(), result.clone(), opspan, op.symbol()) {
+                    return Err(self.arith_error(e, op.symbol(), opspan, (a.span, &ta), (b.span, &tb)));
                 }
+                (prim(p, result.clone(), ca, cb), result)
             }
             BinOp::Rem => {
                 self.unify_at(&Ty::int(), &ta, a.span, None)?;
@@ -1330,14 +1455,24 @@ impl Checker {
             }
             ptys.push(t);
         }
+        // The body runs where the function is finally applied: a context of its own. Taking
+        // the earlier arguments of a curried function runs nothing, so those arrows' answer
+        // types are free.
+        let body_answer = self.fresh();
+        let outer_answer = std::mem::replace(&mut self.answer, body_answer.clone());
         let r = self.infer(body);
+        self.answer = outer_answer;
         self.pop_to(m);
         let ctx = self.funs.pop().unwrap();
         let (mut cbody, tbody) = r?;
         for (pat, slot, psp) in wrappers.into_iter().rev() {
             cbody = Core::LetPat(pat, Box::new(Core::Var(VarRef::Local(slot), psp)), Box::new(cbody), psp);
         }
-        let ty = ptys.into_iter().rev().fold(tbody, |acc, p| Ty::fun(p, acc));
+        let mut ty = tbody;
+        for (i, p) in ptys.into_iter().enumerate().rev() {
+            let answer = if ty_is_innermost(i, arity) { body_answer.clone() } else { self.fresh() };
+            ty = Ty::fun(p, ty, answer);
+        }
         let lam = Lambda {
             name: name.into(),
             arity,
@@ -1489,7 +1624,7 @@ impl Checker {
                 let mut ft = self.instantiate(&info.scheme);
                 let mut pargs = Vec::new();
                 for q in args {
-                    let Ty::Fun(a, r) = self.subst.prune(&ft) else { unreachable!() };
+                    let Ty::Fun(a, r, _) = self.subst.prune(&ft) else { unreachable!() };
                     pargs.push(self.infer_pat(q, &a, binds)?);
                     ft = (*r).clone();
                 }
@@ -1538,6 +1673,20 @@ impl Checker {
     pub fn constructor(&self, name: &str) -> Option<&ConInfo> {
         self.cons.get(name)
     }
+}
+
+/// The first `Name/2`-style identity (a later declaration of a type name) in a rendered type.
+fn shadowed_type_name(shown: &str) -> Option<String> {
+    let i = shown.find(|c: char| c == '/')?;
+    let start = shown[..i].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |j| j + 1);
+    let end = shown[i + 1..].find(|c: char| !c.is_ascii_digit()).map_or(shown.len(), |j| i + 1 + j);
+    Some(shown[start..end].to_string())
+}
+
+/// Whether parameter `i` of a lambda with `arity` parameters is its last (the arrow whose
+/// application runs the body).
+fn ty_is_innermost(i: usize, arity: u32) -> bool {
+    i + 1 == arity as usize
 }
 
 fn name_lambda(l: &mut Rc<Lambda>, name: &str) {

@@ -1,6 +1,7 @@
 //! Type terms, the substitution (union-find over variables with levels) and unification,
 //! including row unification for structural records and the built-in classes.
 
+use crate::source::Span;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::rc::Rc;
@@ -17,6 +18,23 @@ pub mod class {
     pub const REAL: u8 = 8;
     /// `++`: String and lists.
     pub const APPEND: u8 = 16;
+    /// `tensor`'s argument: a Float, or lists of them nested to any depth.
+    pub const TENSOR_DATA: u8 = 32;
+    /// Every class, in the order constraints are shown.
+    pub const ALL: [u8; 6] = [NUM, ORD, DIFF, REAL, APPEND, TENSOR_DATA];
+
+    /// The name a constraint is shown with (`Num a => …`).
+    pub fn name(c: u8) -> &'static str {
+        match c {
+            NUM => "Num",
+            ORD => "Ord",
+            DIFF => "Diff",
+            REAL => "Real",
+            APPEND => "Append",
+            TENSOR_DATA => "TensorData",
+            _ => "?",
+        }
+    }
 
     pub fn describe(c: u8) -> &'static str {
         match c {
@@ -25,6 +43,7 @@ pub mod class {
             DIFF => "a differentiable type (Float, Tensor, or tuples, records and lists of them)",
             REAL => "Float or Tensor",
             APPEND => "a String or a List",
+            TENSOR_DATA => "a Float or nested lists of Floats",
             _ => "constrained",
         }
     }
@@ -36,7 +55,12 @@ pub mod class {
 pub enum Ty {
     Var(u32),
     Con(Rc<str>, Rc<[Ty]>),
-    Fun(Rc<Ty>, Rc<Ty>),
+    /// `a -> b` run in a context whose `reset` produces the third type (its answer type):
+    /// a function whose body `shift`s to an enclosing `reset` can only be called where that
+    /// `reset` produces what the `shift` returns (Danvy and Filinski's typing, without
+    /// answer-type modification). A function that shifts to no outer `reset` has a free
+    /// variable there, and `Printer` hides such variables.
+    Fun(Rc<Ty>, Rc<Ty>, Rc<Ty>),
     Tuple(Rc<[Ty]>),
     /// A record: its argument is a row.
     Record(Rc<Ty>),
@@ -69,8 +93,8 @@ impl Ty {
     pub fn list(t: Ty) -> Ty {
         Ty::Con("List".into(), Rc::from([t]))
     }
-    pub fn fun(a: Ty, b: Ty) -> Ty {
-        Ty::Fun(Rc::new(a), Rc::new(b))
+    pub fn fun(a: Ty, b: Ty, answer: Ty) -> Ty {
+        Ty::Fun(Rc::new(a), Rc::new(b), Rc::new(answer))
     }
     pub fn is_con(&self, name: &str) -> bool {
         matches!(self, Ty::Con(n, args) if &**n == name && args.is_empty())
@@ -82,6 +106,8 @@ struct VarInfo {
     link: Option<Ty>,
     level: u32,
     class: u8,
+    /// Broadcast constraints to look at again when this variable is bound or constrained.
+    waiting: Vec<u32>,
 }
 
 /// Why unification failed; the checker turns it into a located diagnostic.
@@ -91,11 +117,32 @@ pub enum UnifyError {
     Occurs(u32, Ty),
     MissingField(Rc<str>),
     Class(u8, Ty),
+    /// A broadcast constraint (by index) has no solution: its operand types, as they stand.
+    Broadcast(u32, Ty, Ty),
+}
+
+/// `Broadcast a b c`: arithmetic (`+ - * / **`) on an `a` and a `b` gives a `c`. Its ground
+/// instances are `(Int, Int, Int)`, `(Float, Float, Float)`, `(Tensor, Tensor, Tensor)`,
+/// `(Float, Tensor, Tensor)` and `(Tensor, Float, Tensor)`. The constraint waits on its
+/// variables and is solved (or refined) as soon as what is known of them decides it, so the
+/// result never depends on the order in which the checker meets the program's parts.
+#[derive(Clone, Debug)]
+pub struct Broadcast {
+    pub a: Ty,
+    pub b: Ty,
+    pub c: Ty,
+    /// The operator's source position (for messages).
+    pub origin: Span,
+    pub op: &'static str,
+    pub solved: bool,
 }
 
 #[derive(Default)]
 pub struct Subst {
     vars: Vec<VarInfo>,
+    broadcasts: Vec<Broadcast>,
+    /// Constraints woken by bindings, not yet looked at.
+    woken: Vec<u32>,
 }
 
 impl Subst {
@@ -103,7 +150,7 @@ impl Subst {
         self.fresh_with(level, 0)
     }
     pub fn fresh_with(&mut self, level: u32, class: u8) -> Ty {
-        self.vars.push(VarInfo { link: None, level, class });
+        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new() });
         Ty::Var((self.vars.len() - 1) as u32)
     }
     pub fn level_of(&self, v: u32) -> u32 {
@@ -111,6 +158,29 @@ impl Subst {
     }
     pub fn class_of(&self, v: u32) -> u8 {
         self.vars[v as usize].class
+    }
+    /// Lowers the level of every variable of `t` to at most `level`, so that none of them is
+    /// generalised by an enclosing `let` (the value restriction: a non-value's type is shared
+    /// by every later use of its name, including uses inside closures).
+    pub fn lower_levels(&mut self, t: &Ty, level: u32) {
+        match self.prune(t) {
+            Ty::Var(v) => {
+                let vi = &mut self.vars[v as usize];
+                vi.level = vi.level.min(level);
+            }
+            Ty::Con(_, args) | Ty::Tuple(args) => args.iter().for_each(|a| self.lower_levels(a, level)),
+            Ty::Fun(a, b, r) => {
+                self.lower_levels(&a, level);
+                self.lower_levels(&b, level);
+                self.lower_levels(&r, level)
+            }
+            Ty::Record(r) => self.lower_levels(&r, level),
+            Ty::RowEmpty => {}
+            Ty::RowExt(_, a, r) => {
+                self.lower_levels(&a, level);
+                self.lower_levels(&r, level)
+            }
+        }
     }
 
     /// Follows links at the top of a type.
@@ -130,12 +200,17 @@ impl Subst {
         match self.prune(t) {
             Ty::Var(v) => Ty::Var(v),
             Ty::Con(n, args) => Ty::Con(n, args.iter().map(|a| self.resolve(a)).collect()),
-            Ty::Fun(a, b) => Ty::fun(self.resolve(&a), self.resolve(&b)),
+            Ty::Fun(a, b, r) => Ty::fun(self.resolve(&a), self.resolve(&b), self.resolve(&r)),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| self.resolve(a)).collect()),
             Ty::Record(r) => Ty::Record(Rc::new(self.resolve(&r))),
             Ty::RowEmpty => Ty::RowEmpty,
             Ty::RowExt(l, t, r) => Ty::RowExt(l, Rc::new(self.resolve(&t)), Rc::new(self.resolve(&r))),
         }
+    }
+
+    fn wake(&mut self, v: u32) {
+        let waiting = std::mem::take(&mut self.vars[v as usize].waiting);
+        self.woken.extend(waiting);
     }
 
     fn bind(&mut self, v: u32, t: Ty) -> Result<(), UnifyError> {
@@ -146,15 +221,16 @@ impl Subst {
             let (lv, cv) = (self.vars[v as usize].level, self.vars[v as usize].class);
             let wi = &mut self.vars[w as usize];
             wi.level = wi.level.min(lv);
-            wi.class |= cv;
-            self.vars[v as usize].link = Some(t);
-            return Ok(());
+            self.vars[v as usize].link = Some(t.clone());
+            self.wake(v);
+            return self.require_class_inner(cv, &t);
         }
         let level = self.vars[v as usize].level;
         self.occurs_adjust(v, level, &t)?;
         let class = self.vars[v as usize].class;
         self.vars[v as usize].link = Some(t.clone());
-        self.require_class(class, &t)
+        self.wake(v);
+        self.require_class_inner(class, &t)
     }
 
     fn occurs_adjust(&mut self, v: u32, level: u32, t: &Ty) -> Result<(), UnifyError> {
@@ -168,9 +244,10 @@ impl Subst {
                 Ok(())
             }
             Ty::Con(_, args) | Ty::Tuple(args) => args.iter().try_for_each(|a| self.occurs_adjust(v, level, a)),
-            Ty::Fun(a, b) => {
+            Ty::Fun(a, b, r) => {
                 self.occurs_adjust(v, level, &a)?;
-                self.occurs_adjust(v, level, &b)
+                self.occurs_adjust(v, level, &b)?;
+                self.occurs_adjust(v, level, &r)
             }
             Ty::Record(r) => self.occurs_adjust(v, level, &r),
             Ty::RowEmpty => Ok(()),
@@ -181,19 +258,53 @@ impl Subst {
         }
     }
 
-    /// Checks (and propagates, for DIFF) a class constraint on a type.
+    /// Checks (and propagates, for DIFF and TENSOR_DATA) a class constraint on a type. A
+    /// variable whose classes leave one possible type is bound to it (`Real` and `Ord`:
+    /// Float), and one whose classes leave none is an error.
     pub fn require_class(&mut self, class: u8, t: &Ty) -> Result<(), UnifyError> {
+        let r = self.require_class_inner(class, t);
+        r.and_then(|()| self.flush())
+    }
+
+    fn require_class_inner(&mut self, class: u8, t: &Ty) -> Result<(), UnifyError> {
         if class == 0 {
             return Ok(());
         }
         let t = self.prune(t);
+        if let Ty::Var(v) = t {
+            let old = self.vars[v as usize].class;
+            let mut new = old | class;
+            if new & class::NUM != 0 && new & (class::DIFF | class::TENSOR_DATA) != 0 {
+                new |= class::REAL;
+            }
+            if new & class::REAL != 0 {
+                new |= class::NUM;
+            }
+            if new == old {
+                return Ok(());
+            }
+            self.vars[v as usize].class = new;
+            self.wake(v);
+            // Classes whose only common member is Float.
+            let float_only = (new & (class::REAL | class::DIFF | class::TENSOR_DATA) != 0 && new & class::ORD != 0)
+                || (new & class::REAL != 0 && new & class::TENSOR_DATA != 0);
+            if new & class::NUM != 0 && new & class::APPEND != 0 {
+                let c = if old & class::NUM != 0 { class::APPEND } else { class::NUM };
+                return Err(UnifyError::Class(c, t.clone()));
+            }
+            if float_only {
+                self.vars[v as usize].class = 0;
+                return self.bind(v, Ty::float());
+            }
+            return Ok(());
+        }
         let fail = |c: u8| Err(UnifyError::Class(c, t.clone()));
-        for c in [class::NUM, class::ORD, class::DIFF, class::REAL, class::APPEND] {
+        for c in class::ALL {
             if class & c == 0 {
                 continue;
             }
             match &t {
-                Ty::Var(v) => self.vars[*v as usize].class |= c,
+                Ty::Var(_) => unreachable!("handled above"),
                 Ty::Con(n, args) => {
                     let ok = match (&**n, c) {
                         ("Int", class::NUM | class::ORD) => true,
@@ -201,9 +312,9 @@ impl Subst {
                         ("Tensor", class::NUM | class::DIFF | class::REAL) => true,
                         ("String", class::ORD | class::APPEND) => true,
                         ("List", class::APPEND) => true,
-                        ("List", class::DIFF) => {
+                        ("List", class::DIFF | class::TENSOR_DATA) => {
                             let a = args[0].clone();
-                            self.require_class(class::DIFF, &a)?;
+                            self.require_class_inner(c, &a)?;
                             true
                         }
                         _ => false,
@@ -214,17 +325,17 @@ impl Subst {
                 }
                 Ty::Tuple(ts) if c == class::DIFF => {
                     for a in ts.iter() {
-                        self.require_class(c, a)?;
+                        self.require_class_inner(c, a)?;
                     }
                 }
                 Ty::Record(r) if c == class::DIFF => {
                     let r = (**r).clone();
-                    self.require_class(c, &r)?;
+                    self.require_class_inner(c, &r)?;
                 }
                 Ty::RowExt(_, f, r) if c == class::DIFF => {
                     let (f, r) = ((**f).clone(), (**r).clone());
-                    self.require_class(c, &f)?;
-                    self.require_class(c, &r)?;
+                    self.require_class_inner(c, &f)?;
+                    self.require_class_inner(c, &r)?;
                 }
                 Ty::RowEmpty if c == class::DIFF => {}
                 _ => return fail(c),
@@ -233,22 +344,130 @@ impl Subst {
         Ok(())
     }
 
+    // ------------------------------------------------------------ broadcast constraints
+
+    /// Adds `Broadcast a b c` (the types of an arithmetic operation's operands and result)
+    /// and solves as much of it as is known now.
+    pub fn add_broadcast(&mut self, a: Ty, b: Ty, c: Ty, origin: Span, op: &'static str) -> Result<(), UnifyError> {
+        self.broadcasts.push(Broadcast { a, b, c, origin, op, solved: false });
+        self.woken.push((self.broadcasts.len() - 1) as u32);
+        self.flush()
+    }
+
+    pub fn broadcast(&self, id: u32) -> &Broadcast {
+        &self.broadcasts[id as usize]
+    }
+
+    /// The unsolved broadcast constraints waiting on variable `v`.
+    pub fn pending_on(&self, v: u32) -> impl Iterator<Item = u32> + '_ {
+        self.vars[v as usize].waiting.iter().copied().filter(|&i| !self.broadcasts[i as usize].solved)
+    }
+
+    /// Marks a constraint as taken over by a type scheme (its instances carry it from now on).
+    pub fn consume(&mut self, id: u32) {
+        self.broadcasts[id as usize].solved = true;
+    }
+
+    /// Looks at every woken constraint again until none is left.
+    fn flush(&mut self) -> Result<(), UnifyError> {
+        while let Some(id) = self.woken.pop() {
+            if let Err(e) = self.solve(id) {
+                self.woken.clear();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn solve(&mut self, id: u32) -> Result<(), UnifyError> {
+        let k = &self.broadcasts[id as usize];
+        if k.solved {
+            return Ok(());
+        }
+        let (a, b, c) = (self.prune(&k.a), self.prune(&k.b), self.prune(&k.c));
+        let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
+        let head = |t: &Ty| match t {
+            Ty::Var(_) => Some(None),
+            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Int" | "Float" | "Tensor") => Some(Some(n.clone())),
+            _ => None,
+        };
+        let (Some(ha), Some(hb), Some(hc)) = (head(&a), head(&b), head(&c)) else {
+            // An operand or the result is not numeric at all.
+            let bad = [&a, &b, &c].into_iter().find(|t| head(t).is_none()).cloned().unwrap_or(Ty::unit());
+            if head(&a).is_none() || head(&b).is_none() {
+                return fail(self);
+            }
+            return Err(UnifyError::Class(class::NUM, bad));
+        };
+        let is = |h: &Option<Rc<str>>, n: &str| h.as_deref() == Some(n);
+        self.broadcasts[id as usize].solved = true;
+        let r = if is(&ha, "Int") || is(&hb, "Int") || is(&hc, "Int") {
+            let int = Ty::int();
+            self.unify_inner(&a, &int).and_then(|_| self.unify_inner(&b, &int)).and_then(|_| self.unify_inner(&c, &int))
+        } else if is(&ha, "Float") {
+            self.unify_inner(&b, &c).and_then(|_| self.require_class_inner(class::REAL, &b))
+        } else if is(&hb, "Float") {
+            self.unify_inner(&a, &c).and_then(|_| self.require_class_inner(class::REAL, &a))
+        } else if is(&ha, "Tensor") || is(&hb, "Tensor") {
+            self.unify_inner(&c, &Ty::tensor())
+                .and_then(|_| self.require_class_inner(class::REAL, &a))
+                .and_then(|_| self.require_class_inner(class::REAL, &b))
+        } else if is(&hc, "Float") {
+            self.unify_inner(&a, &Ty::float()).and_then(|_| self.unify_inner(&b, &Ty::float()))
+        } else if a == b {
+            self.unify_inner(&a, &c).and_then(|_| self.require_class_inner(class::NUM, &a))
+        } else {
+            // Not decided yet: refine the classes and wait for the variables.
+            self.broadcasts[id as usize].solved = false;
+            let real = [&a, &b, &c].iter().any(|t| match t {
+                Ty::Var(v) => self.vars[*v as usize].class & class::REAL != 0,
+                _ => true, // a Tensor result
+            });
+            let cls = if real { class::REAL } else { class::NUM };
+            for t in [&a, &b, &c] {
+                self.require_class_inner(cls, t)?;
+            }
+            // Refining a class may itself have bound a variable: look again if so.
+            let still = [&a, &b, &c].iter().all(|t| self.prune(t) == **t);
+            if !still {
+                self.woken.push(id);
+                return Ok(());
+            }
+            for t in [&a, &b, &c] {
+                if let Ty::Var(v) = t {
+                    self.vars[*v as usize].waiting.push(id);
+                }
+            }
+            return Ok(());
+        };
+        match r {
+            Err(UnifyError::Mismatch(..)) => fail(self),
+            other => other,
+        }
+    }
+
     pub fn unify(&mut self, a: &Ty, b: &Ty) -> Result<(), UnifyError> {
+        let r = self.unify_inner(a, b);
+        r.and_then(|()| self.flush()).inspect_err(|_| self.woken.clear())
+    }
+
+    fn unify_inner(&mut self, a: &Ty, b: &Ty) -> Result<(), UnifyError> {
         let (a, b) = (self.prune(a), self.prune(b));
         match (&a, &b) {
             (Ty::Var(v), _) => self.bind(*v, b.clone()),
             (_, Ty::Var(v)) => self.bind(*v, a.clone()),
             (Ty::Con(n1, a1), Ty::Con(n2, a2)) if n1 == n2 && a1.len() == a2.len() => {
-                a1.iter().zip(a2.iter()).try_for_each(|(x, y)| self.unify(x, y))
+                a1.iter().zip(a2.iter()).try_for_each(|(x, y)| self.unify_inner(x, y))
             }
-            (Ty::Fun(a1, r1), Ty::Fun(a2, r2)) => {
-                self.unify(a1, a2)?;
-                self.unify(r1, r2)
+            (Ty::Fun(a1, r1, k1), Ty::Fun(a2, r2, k2)) => {
+                self.unify_inner(a1, a2)?;
+                self.unify_inner(r1, r2)?;
+                self.unify_inner(k1, k2)
             }
             (Ty::Tuple(t1), Ty::Tuple(t2)) if t1.len() == t2.len() => {
-                t1.iter().zip(t2.iter()).try_for_each(|(x, y)| self.unify(x, y))
+                t1.iter().zip(t2.iter()).try_for_each(|(x, y)| self.unify_inner(x, y))
             }
-            (Ty::Record(r1), Ty::Record(r2)) => self.unify(r1, r2).map_err(|e| match e {
+            (Ty::Record(r1), Ty::Record(r2)) => self.unify_inner(r1, r2).map_err(|e| match e {
                 UnifyError::Mismatch(x, y) if is_row(&x) || is_row(&y) => UnifyError::Mismatch(a.clone(), b.clone()),
                 e => e,
             }),
@@ -261,8 +480,8 @@ impl Subst {
                         return Err(UnifyError::Occurs(tv, b.clone()));
                     }
                 }
-                self.unify(t, &t2)?;
-                self.unify(rest, &rest2)
+                self.unify_inner(t, &t2)?;
+                self.unify_inner(rest, &rest2)
             }
             (Ty::RowEmpty, Ty::RowExt(l, _, _)) => Err(UnifyError::MissingField(l.clone())),
             _ => Err(UnifyError::Mismatch(a, b)),
@@ -310,6 +529,55 @@ impl Subst {
     }
 }
 
+/// The variables of a resolved type outside answer-type positions, and those of answer types
+/// that are not bare variables (which say something about the context they constrain).
+fn value_position_vars(t: &Ty, out: &mut Vec<u32>) {
+    match t {
+        Ty::Var(v) => {
+            if !out.contains(v) {
+                out.push(*v)
+            }
+        }
+        Ty::Con(_, a) | Ty::Tuple(a) => a.iter().for_each(|x| value_position_vars(x, out)),
+        Ty::Fun(a, b, r) => {
+            value_position_vars(a, out);
+            value_position_vars(b, out);
+            if !matches!(**r, Ty::Var(_)) {
+                value_position_vars(r, out);
+            }
+        }
+        Ty::Record(r) => value_position_vars(r, out),
+        Ty::RowEmpty => {}
+        Ty::RowExt(_, a, r) => {
+            value_position_vars(a, out);
+            value_position_vars(r, out)
+        }
+    }
+}
+
+/// The unbound variables of a type, in order of first appearance, appended to `out`.
+pub fn free_vars(s: &Subst, t: &Ty, out: &mut Vec<u32>) {
+    match s.prune(t) {
+        Ty::Var(v) => {
+            if !out.contains(&v) {
+                out.push(v)
+            }
+        }
+        Ty::Con(_, a) | Ty::Tuple(a) => a.iter().for_each(|x| free_vars(s, x, out)),
+        Ty::Fun(a, b, r) => {
+            free_vars(s, &a, out);
+            free_vars(s, &b, out);
+            free_vars(s, &r, out)
+        }
+        Ty::Record(r) => free_vars(s, &r, out),
+        Ty::RowEmpty => {}
+        Ty::RowExt(_, a, r) => {
+            free_vars(s, &a, out);
+            free_vars(s, &r, out)
+        }
+    }
+}
+
 fn is_row(t: &Ty) -> bool {
     matches!(t, Ty::RowEmpty | Ty::RowExt(..))
 }
@@ -327,11 +595,13 @@ fn row_tail(s: &Subst, r: &Ty) -> Option<u32> {
 pub struct Scheme {
     pub vars: Vec<u32>,
     pub ty: Ty,
+    /// Broadcast constraints among the quantified variables (copied at each instantiation).
+    pub broadcasts: Vec<Broadcast>,
 }
 
 impl Scheme {
     pub fn mono(ty: Ty) -> Scheme {
-        Scheme { vars: Vec::new(), ty }
+        Scheme { vars: Vec::new(), ty, broadcasts: Vec::new() }
     }
 }
 
@@ -340,12 +610,75 @@ impl Scheme {
 #[derive(Default)]
 pub struct Printer {
     names: HashMap<u32, String>,
+    /// Variables met outside answer-type positions in what this printer shows; an answer
+    /// type that is a variable not among them is hidden (`a -> b` rather than `a -[c]-> b`).
+    shown_vars: Vec<u32>,
 }
 
 impl Printer {
     pub fn show(&mut self, s: &Subst, t: &Ty) -> String {
+        let t = s.resolve(t);
+        value_position_vars(&t, &mut self.shown_vars);
         let mut out = String::new();
-        self.go(s, &s.resolve(t), &mut out, 0);
+        self.go(s, &t, &mut out, 0);
+        out
+    }
+
+    /// A type with the constraints on its variables in front: `Real a => a -> a`. The
+    /// broadcast constraints shown are `own` (a scheme's) and those still pending on the
+    /// type's variables.
+    pub fn show_constrained(&mut self, s: &Subst, t: &Ty, own: &[Broadcast]) -> String {
+        let body = self.show(s, t);
+        let mut vars = Vec::new();
+        free_vars(s, &s.resolve(t), &mut vars);
+        let mut shown: Vec<(Ty, Ty, Ty)> = Vec::new();
+        let add = |k: &Broadcast, shown: &mut Vec<(Ty, Ty, Ty)>| {
+            let key = (s.resolve(&k.a), s.resolve(&k.b), s.resolve(&k.c));
+            if !shown.contains(&key) {
+                shown.push(key);
+            }
+        };
+        for k in own {
+            add(k, &mut shown);
+        }
+        let mut i = 0;
+        while i < vars.len() {
+            let v = vars[i];
+            for id in s.pending_on(v) {
+                add(s.broadcast(id), &mut shown);
+            }
+            for (a, b, c) in shown.clone() {
+                for t in [a, b, c] {
+                    free_vars(s, &t, &mut vars);
+                }
+            }
+            i += 1;
+        }
+        let in_broadcast = |v: u32| shown.iter().any(|(a, b, c)| [a, b, c].iter().any(|t| **t == Ty::Var(v)));
+        let mut constraints = Vec::new();
+        for &v in &vars {
+            let c = s.class_of(v);
+            for k in class::ALL {
+                let implied = (k == class::NUM && (c & class::REAL != 0 || in_broadcast(v)))
+                    || (k == class::DIFF && c & class::REAL != 0 && c & class::NUM != 0);
+                if c & k != 0 && !implied {
+                    constraints.push(format!("{} {}", class::name(k), self.var_name(s, v)));
+                }
+            }
+        }
+        for (a, b, c) in &shown {
+            constraints.push(format!("Broadcast {} {} {}", self.arg(s, a), self.arg(s, b), self.arg(s, c)));
+        }
+        match constraints.len() {
+            0 => body,
+            1 => format!("{} => {body}", constraints[0]),
+            _ => format!("({}) => {body}", constraints.join(", ")),
+        }
+    }
+
+    fn arg(&mut self, s: &Subst, t: &Ty) -> String {
+        let mut out = String::new();
+        self.go(s, t, &mut out, 2);
         out
     }
 
@@ -384,12 +717,19 @@ impl Printer {
                     out.push(')');
                 }
             }
-            Ty::Fun(a, b) => {
+            Ty::Fun(a, b, r) => {
                 if prec >= 1 {
                     out.push('(');
                 }
                 self.go(s, a, out, 1);
-                out.push_str(" -> ");
+                match &**r {
+                    Ty::Var(v) if !self.shown_vars.contains(v) => out.push_str(" -> "),
+                    _ => {
+                        out.push_str(" -[");
+                        self.go(s, r, out, 0);
+                        out.push_str("]-> ");
+                    }
+                }
                 self.go(s, b, out, 0);
                 if prec >= 1 {
                     out.push(')');
