@@ -9,3 +9,4 @@ mod repl;
 mod run;
 mod snapshots;
 mod tensors;
+mod types;

@@ -12,9 +12,6 @@ use std::rc::Rc;
 
 type R<T> = Result<T, Diagnostic>;
 
-/// Deepest expression nesting the checker accepts (keeps its own recursion bounded).
-const MAX_DEPTH: u32 = 2000;
-
 #[derive(Clone, Debug)]
 pub struct ConInfo {
     pub name: Rc<str>,
@@ -108,7 +105,6 @@ pub struct Checker {
     tyvars: HashMap<String, Ty>,
     /// How many types of each name have been declared (for the identities of later ones).
     declared: HashMap<Rc<str>, u32>,
-    depth: u32,
     /// When set, every binding site is recorded in `binding_sites` (the language server's hover).
     pub record_bindings: bool,
     /// Name, binding span and type (render with `show` once checking is done) of each binding.
@@ -201,7 +197,6 @@ impl Default for Checker {
             in_declaration: false,
             tyvars: HashMap::new(),
             declared: HashMap::new(),
-            depth: 0,
             record_bindings: false,
             binding_sites: Vec::new(),
         }
@@ -813,19 +808,6 @@ impl Checker {
     // ------------------------------------------------------------ expressions
 
     fn infer(&mut self, e: &Expr) -> R<(Core, Ty)> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            self.depth = 0;
-            return Err(Diagnostic::error(Phase::Type, "expression nested too deeply")
-                .label(e.span, "here")
-                .note(format!("the limit is {MAX_DEPTH} levels")));
-        }
-        let r = self.infer_inner(e);
-        self.depth = self.depth.saturating_sub(1);
-        r
-    }
-
-    fn infer_inner(&mut self, e: &Expr) -> R<(Core, Ty)> {
         let sp = e.span;
         Ok(match &e.kind {
             ExprKind::Lit(l) => lit(l),

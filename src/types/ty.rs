@@ -218,12 +218,15 @@ impl Subst {
             if w == v {
                 return Ok(());
             }
-            let (lv, cv) = (self.vars[v as usize].level, self.vars[v as usize].class);
-            let wi = &mut self.vars[w as usize];
-            wi.level = wi.level.min(lv);
-            self.vars[v as usize].link = Some(t.clone());
-            self.wake(v);
-            return self.require_class_inner(cv, &t);
+            // The younger variable links to the older, which keeps chains of links short
+            // (a result variable made for each `+` of a long sum links to its operand's).
+            let (from, to) = (v.max(w), v.min(w));
+            let (lv, cv) = (self.vars[from as usize].level, self.vars[from as usize].class);
+            let ti = &mut self.vars[to as usize];
+            ti.level = ti.level.min(lv);
+            self.vars[from as usize].link = Some(Ty::Var(to));
+            self.wake(from);
+            return self.require_class_inner(cv, &Ty::Var(to));
         }
         let level = self.vars[v as usize].level;
         self.occurs_adjust(v, level, &t)?;
