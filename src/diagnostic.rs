@@ -29,6 +29,8 @@ pub struct Diagnostic {
     pub help: Option<String>,
     /// Run-time errors: the dp call stack, innermost first (function name, call site).
     pub trace: Vec<(String, Span)>,
+    /// Further independent errors of the same check (a file's later items), shown after it.
+    pub more: Vec<Diagnostic>,
 }
 
 impl Diagnostic {
@@ -41,7 +43,25 @@ impl Diagnostic {
             notes: Vec::new(),
             help: None,
             trace: Vec::new(),
+            more: Vec::new(),
         }
+    }
+
+    /// The first of `ds` carrying the others as `more` (None when `ds` is empty).
+    pub fn collect(mut ds: Vec<Diagnostic>) -> Option<Diagnostic> {
+        if ds.is_empty() {
+            return None;
+        }
+        let mut first = ds.remove(0);
+        first.more = ds;
+        Some(first)
+    }
+
+    /// This diagnostic and those it carries, flattened.
+    pub fn all(&self) -> Vec<&Diagnostic> {
+        let mut v = vec![self];
+        v.extend(self.more.iter().flat_map(|d| d.all()));
+        v
     }
     pub fn warning(phase: Phase, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Warning, ..Diagnostic::error(phase, message) }
@@ -78,6 +98,14 @@ impl Diagnostic {
 
     /// Renders the report; `color` only when writing to a terminal.
     pub fn render(&self, sources: &SourceMap, color: bool) -> String {
+        let mut text = self.render_one(sources, color);
+        for d in &self.more {
+            text.push_str(&d.render(sources, color));
+        }
+        text
+    }
+
+    fn render_one(&self, sources: &SourceMap, color: bool) -> String {
         let mut out = Vec::new();
         let kind = match self.severity {
             Severity::Error => ReportKind::Error,

@@ -77,8 +77,13 @@ impl Session {
         self.check_items(&items, dir, true)
     }
 
+    /// Checks every item; an item with a type error is reported and its names are bound to
+    /// the error type (so later items are still checked without a cascade of errors), up to
+    /// `MAX_ERRORS` errors.
     fn check_items(&mut self, items: &[Item], dir: &Path, from_user: bool) -> Result<Vec<Unit>, Diagnostic> {
+        const MAX_ERRORS: usize = 20;
         let mut units = Vec::new();
+        let mut errors = Vec::new();
         for item in items {
             let mut imported = Vec::new();
             let checked = {
@@ -89,13 +94,29 @@ impl Session {
                 };
                 let r = ch.check_item(item, &mut resolver);
                 self.checker = ch;
-                r?
+                match r {
+                    Ok(c) => c,
+                    Err(d) => {
+                        errors.push(d);
+                        self.checker.poison_item(item);
+                        if errors.len() >= MAX_ERRORS {
+                            break;
+                        }
+                        continue;
+                    }
+                }
             };
+            if !errors.is_empty() {
+                continue;
+            }
             units.append(&mut imported);
             let func = compile_toplevel(&checked.code, checked.nlocals, checked.span, &self.checker.subst);
             units.push(Unit { func, expr_type: checked.expr_type, defined: checked.defined, from_user });
         }
-        Ok(units)
+        match Diagnostic::collect(errors) {
+            Some(d) => Err(d),
+            None => Ok(units),
+        }
     }
 
     fn import(

@@ -611,8 +611,39 @@ impl Checker {
         Ok(())
     }
 
-    /// Checks one top-level item. Top-level names become globals.
+    /// Binds the names that `item` (which failed to check) defines to the error type.
+    pub fn poison_item(&mut self, item: &Item) {
+        let names: Vec<(Rc<str>, Span)> = match &item.kind {
+            ItemKind::Let(p, _) => {
+                let mut v = Vec::new();
+                pattern_names(p, &mut v);
+                v
+            }
+            ItemKind::LetRec(defs) => defs.iter().map(|d| (Rc::from(d.name.as_str()), d.name_span)).collect(),
+            _ => Vec::new(),
+        };
+        for (name, span) in names {
+            let g = self.new_global(&name);
+            let b = Binding { scheme: Scheme::mono(Ty::error()), loc: Loc::Global(g), self_depth: None, span };
+            self.scope.entry(name).or_default().push(b);
+        }
+    }
+
+    /// Checks one top-level item. Top-level names become globals. On an error, the scope is
+    /// as it was before the item.
     pub fn check_item(
+        &mut self,
+        item: &Item,
+        resolve_import: &mut dyn FnMut(&mut Checker, &ImportTarget, Span) -> R<usize>,
+    ) -> R<CheckedItem> {
+        let r = self.check_item_inner(item, resolve_import);
+        if r.is_err() {
+            self.pop_to(0);
+        }
+        r
+    }
+
+    fn check_item_inner(
         &mut self,
         item: &Item,
         resolve_import: &mut dyn FnMut(&mut Checker, &ImportTarget, Span) -> R<usize>,
@@ -1669,6 +1700,28 @@ fn shadowed_type_name(shown: &str) -> Option<String> {
 /// application runs the body).
 fn ty_is_innermost(i: usize, arity: u32) -> bool {
     i + 1 == arity as usize
+}
+
+/// The variables a pattern binds, with their spans.
+fn pattern_names(p: &Pat, out: &mut Vec<(Rc<str>, Span)>) {
+    match &p.kind {
+        PatKind::Var(x) => out.push((x.as_str().into(), p.span)),
+        PatKind::Tuple(ps) | PatKind::List(ps) | PatKind::Con(_, ps) => ps.iter().for_each(|q| pattern_names(q, out)),
+        PatKind::Cons(h, t) => {
+            pattern_names(h, out);
+            pattern_names(t, out)
+        }
+        PatKind::Record(fs) => {
+            for f in fs {
+                match &f.value {
+                    Some(q) => pattern_names(q, out),
+                    None => out.push((f.name.as_str().into(), f.span)),
+                }
+            }
+        }
+        PatKind::Annot(q, _) => pattern_names(q, out),
+        PatKind::Wild | PatKind::Lit(_) => {}
+    }
 }
 
 fn name_lambda(l: &mut Rc<Lambda>, name: &str) {

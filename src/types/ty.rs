@@ -90,6 +90,14 @@ impl Ty {
     pub fn tensor() -> Ty {
         Ty::con("Tensor")
     }
+    /// The type of a name whose definition had a type error: it unifies with every type
+    /// without binding anything, so the rest of the file is checked without a cascade.
+    pub fn error() -> Ty {
+        Ty::con(ERROR_TYPE)
+    }
+    pub fn is_error(&self) -> bool {
+        self.is_con(ERROR_TYPE)
+    }
     pub fn list(t: Ty) -> Ty {
         Ty::Con("List".into(), Rc::from([t]))
     }
@@ -100,6 +108,9 @@ impl Ty {
         matches!(self, Ty::Con(n, args) if &**n == name && args.is_empty())
     }
 }
+
+/// The name of `Ty::error()`, which no declared type can have.
+const ERROR_TYPE: &str = "?";
 
 #[derive(Clone, Debug)]
 struct VarInfo {
@@ -301,6 +312,9 @@ impl Subst {
             }
             return Ok(());
         }
+        if t.is_error() {
+            return Ok(());
+        }
         let fail = |c: u8| Err(UnifyError::Class(c, t.clone()));
         for c in class::ALL {
             if class & c == 0 {
@@ -391,7 +405,9 @@ impl Subst {
         let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
         let head = |t: &Ty| match t {
             Ty::Var(_) => Some(None),
-            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Int" | "Float" | "Tensor") => Some(Some(n.clone())),
+            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Int" | "Float" | "Tensor" | ERROR_TYPE) => {
+                Some(Some(n.clone()))
+            }
             _ => None,
         };
         let (Some(ha), Some(hb), Some(hc)) = (head(&a), head(&b), head(&c)) else {
@@ -404,6 +420,9 @@ impl Subst {
         };
         let is = |h: &Option<Rc<str>>, n: &str| h.as_deref() == Some(n);
         self.broadcasts[id as usize].solved = true;
+        if a.is_error() || b.is_error() || c.is_error() {
+            return Ok(());
+        }
         let r = if is(&ha, "Int") || is(&hb, "Int") || is(&hc, "Int") {
             let int = Ty::int();
             self.unify_inner(&a, &int).and_then(|_| self.unify_inner(&b, &int)).and_then(|_| self.unify_inner(&c, &int))
@@ -456,6 +475,9 @@ impl Subst {
 
     fn unify_inner(&mut self, a: &Ty, b: &Ty) -> Result<(), UnifyError> {
         let (a, b) = (self.prune(a), self.prune(b));
+        if a.is_error() || b.is_error() {
+            return Ok(());
+        }
         match (&a, &b) {
             (Ty::Var(v), _) => self.bind(*v, b.clone()),
             (_, Ty::Var(v)) => self.bind(*v, a.clone()),
