@@ -99,6 +99,9 @@ pub struct Checker {
     /// The answer type of the context being checked: what the nearest `reset` around the
     /// running code produces (a variable where nothing constrains it).
     answer: Ty,
+    /// Names of the non-recursive `let`s whose right-hand sides are being checked (for the
+    /// `let rec` hint).
+    defining: Vec<Rc<str>>,
     /// Set while a `type` declaration's constructor arguments are converted: their arrows
     /// get one answer type that is never generalised (see `convert_type`).
     in_declaration: bool,
@@ -195,6 +198,7 @@ impl Default for Checker {
             warnings: Vec::new(),
             answer: Ty::unit(),
             in_declaration: false,
+            defining: Vec::new(),
             tyvars: HashMap::new(),
             declared: HashMap::new(),
             record_bindings: false,
@@ -304,6 +308,17 @@ impl Checker {
         self.copy_ty(&s.ty, &map)
     }
     fn copy_ty(&mut self, t: &Ty, map: &HashMap<u32, Ty>) -> Ty {
+        // A variable bound since the scheme was made, to a type with no variables, is kept
+        // as it is: it means the same, and it remembers where it was fixed (for messages).
+        if let Ty::Var(v) = t {
+            if !map.contains_key(v) && !matches!(self.subst.prune(t), Ty::Var(_)) {
+                let mut vars = Vec::new();
+                free_vars(&self.subst, t, &mut vars);
+                if vars.is_empty() {
+                    return t.clone();
+                }
+            }
+        }
         match self.subst.prune(t) {
             Ty::Var(v) => map.get(&v).cloned().unwrap_or(Ty::Var(v)),
             Ty::Con(n, a) => Ty::Con(n, a.iter().map(|x| self.copy_ty(x, map)).collect()),
@@ -365,10 +380,29 @@ impl Checker {
 
     /// Unifies `found` (the type of the thing at `span`) with `expected`.
     fn unify_at(&mut self, expected: &Ty, found: &Ty, span: Span, other: Option<(Span, &str)>) -> R<()> {
-        match self.subst.unify(expected, found) {
+        let outer = self.subst.origin.replace(span);
+        let r = self.subst.unify(expected, found);
+        self.subst.origin = outer;
+        match r {
             Ok(()) => Ok(()),
             Err(e) => Err(self.unify_error(e, expected, found, span, other)),
         }
+    }
+
+    /// Labels the places that fixed `expected` and `found` (when they were type variables
+    /// bound elsewhere): "`Int` because of this".
+    fn provenance(&self, mut d: Diagnostic, expected: &Ty, found: &Ty, span: Span) -> Diagnostic {
+        let mut seen = vec![span];
+        for t in [expected, found] {
+            if let Some(at) = self.subst.fixed_at(t) {
+                if !seen.iter().any(|s| s.file == at.file && s.start < at.end && at.start < s.end) {
+                    let shown = self.show(t);
+                    d = d.label(at, format!("`{shown}` because of this"));
+                    seen.push(at);
+                }
+            }
+        }
+        d
     }
 
     fn unify_error(
@@ -426,8 +460,13 @@ impl Checker {
         if let Some((s2, text)) = other {
             d = d.label(s2, format!("{text} `{exp}`"));
         }
+        d = self.provenance(d, expected, found, span);
         if (exp == "Int" && fnd == "Float") || (exp == "Float" && fnd == "Int") {
             d = d.help("Int and Float never mix: convert with `float n` or `int x`");
+        }
+        let is_ref = |t: &str| t.starts_with("Ref ");
+        if is_ref(&exp) != is_ref(&fnd) {
+            d = d.help("`!r` reads a reference cell and `r := v` writes it; `ref v` makes one");
         }
         if let Some(later) = [&exp, &fnd].into_iter().find_map(|t| shadowed_type_name(t)) {
             d = d.note(format!(
@@ -684,7 +723,7 @@ impl Checker {
                 let simple = simple_var(p);
                 let is_value = is_syntactic_value(e);
                 self.level += 1;
-                let (mut c, t) = self.infer(e)?;
+                let (mut c, t) = self.infer_defining(simple, e)?;
                 self.level -= 1;
                 if let (Some(name), Core::Lam(l)) = (simple, &mut c) {
                     name_lambda(l, name);
@@ -856,7 +895,7 @@ impl Checker {
                 let simple = simple_var(p);
                 let is_value = is_syntactic_value(e1);
                 self.level += 1;
-                let (mut c1, t1) = self.infer(e1)?;
+                let (mut c1, t1) = self.infer_defining(simple, e1)?;
                 self.level -= 1;
                 let m = self.mark();
                 if let Some(name) = simple {
@@ -1088,6 +1127,15 @@ impl Checker {
         })
     }
 
+    /// The right-hand side of `let name = e`, with `name` noted as being defined.
+    fn infer_defining(&mut self, name: Option<&str>, e: &Expr) -> R<(Core, Ty)> {
+        let Some(name) = name else { return self.infer(e) };
+        self.defining.push(name.into());
+        let r = self.infer(e);
+        self.defining.pop();
+        r
+    }
+
     /// An arithmetic operation whose operand types cannot be combined, found when it is met.
     fn arith_error(&self, e: UnifyError, op: &str, opspan: Span, a: (Span, &Ty), b: (Span, &Ty)) -> Diagnostic {
         let mut p = Printer::default();
@@ -1102,12 +1150,21 @@ impl Checker {
             (false, true) if matches!(rb, Ty::Var(_)) => Some((a.0, &sa)),
             (true, false) if matches!(ra, Ty::Var(_)) => Some((b.0, &sb)),
             (false, false) if ra == rb => Some((a.0, &sa)),
+            // A reference cell used as its contents.
+            (false, _) if sa.starts_with("Ref ") => Some((a.0, &sa)),
+            (_, false) if sb.starts_with("Ref ") => Some((b.0, &sb)),
             _ => None,
         };
         if let Some((span, shown)) = lone {
-            return Diagnostic::error(Phase::Type, format!("type `{shown}` is not {}", class::describe(class::NUM)))
+            let d = Diagnostic::error(Phase::Type, format!("type `{shown}` is not {}", class::describe(class::NUM)))
                 .label(span, format!("this has type `{shown}`"))
                 .label(opspan, format!("`{op}` is arithmetic"));
+            return match shown.as_str() {
+                "String" => d.help("to join strings, use `++`"),
+                s if s.starts_with("List") && op == "+" => d.help("to append lists, use `++`"),
+                s if s.starts_with("Ref ") => d.help("`!r` reads a reference cell"),
+                _ => d,
+            };
         }
         let mut d = Diagnostic::error(Phase::Type, format!("type mismatch: expected `{sa}`, found `{sb}`"))
             .label(b.0, format!("this has type `{sb}`"))
@@ -1128,6 +1185,11 @@ impl Checker {
     fn infer_var(&mut self, x: &str, sp: Span) -> R<(Core, Ty)> {
         let Some(b) = self.scope.get(x).and_then(|v| v.last()).cloned() else {
             let mut d = Diagnostic::error(Phase::Type, format!("unbound variable `{x}`")).label(sp, "not defined here");
+            if self.defining.iter().any(|n| &**n == x) {
+                return Err(d.help(format!(
+                    "`{x}` is not in scope inside its own definition: write `let rec {x} …` for a recursive function"
+                )));
+            }
             if let Some(s) = self.suggest(x) {
                 d = d.help(format!("did you mean `{s}`?"));
             }

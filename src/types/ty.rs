@@ -119,6 +119,8 @@ struct VarInfo {
     class: u8,
     /// Broadcast constraints to look at again when this variable is bound or constrained.
     waiting: Vec<u32>,
+    /// Where the variable was bound to a type that is not a variable (for messages).
+    fixed_at: Option<Span>,
 }
 
 /// Why unification failed; the checker turns it into a located diagnostic.
@@ -154,6 +156,8 @@ pub struct Subst {
     broadcasts: Vec<Broadcast>,
     /// Constraints woken by bindings, not yet looked at.
     woken: Vec<u32>,
+    /// The source position of the unification under way, recorded in the variables it binds.
+    pub origin: Option<Span>,
 }
 
 impl Subst {
@@ -161,7 +165,7 @@ impl Subst {
         self.fresh_with(level, 0)
     }
     pub fn fresh_with(&mut self, level: u32, class: u8) -> Ty {
-        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new() });
+        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new(), fixed_at: None });
         Ty::Var((self.vars.len() - 1) as u32)
     }
     pub fn level_of(&self, v: u32) -> u32 {
@@ -191,6 +195,23 @@ impl Subst {
                 self.lower_levels(&a, level);
                 self.lower_levels(&r, level)
             }
+        }
+    }
+
+    /// Where the type of `t` was fixed: the innermost variable in it (following links) that a
+    /// located unification bound.
+    pub fn fixed_at(&self, t: &Ty) -> Option<Span> {
+        match t {
+            Ty::Var(v) => {
+                let vi = &self.vars[*v as usize];
+                // The innermost fixing is the one that decided the type's leaves.
+                vi.link.as_ref().and_then(|next| self.fixed_at(next)).or(vi.fixed_at)
+            }
+            Ty::Con(_, a) | Ty::Tuple(a) => a.iter().find_map(|x| self.fixed_at(x)),
+            Ty::Fun(a, b, _) => self.fixed_at(a).or_else(|| self.fixed_at(b)),
+            Ty::Record(r) => self.fixed_at(r),
+            Ty::RowEmpty => None,
+            Ty::RowExt(_, a, r) => self.fixed_at(a).or_else(|| self.fixed_at(r)),
         }
     }
 
@@ -243,6 +264,7 @@ impl Subst {
         self.occurs_adjust(v, level, &t)?;
         let class = self.vars[v as usize].class;
         self.vars[v as usize].link = Some(t.clone());
+        self.vars[v as usize].fixed_at = self.origin;
         self.wake(v);
         self.require_class_inner(class, &t)
     }
@@ -388,7 +410,11 @@ impl Subst {
     /// Looks at every woken constraint again until none is left.
     fn flush(&mut self) -> Result<(), UnifyError> {
         while let Some(id) = self.woken.pop() {
-            if let Err(e) = self.solve(id) {
+            // What a constraint decides, its operator decided.
+            let outer = self.origin.replace(self.broadcasts[id as usize].origin);
+            let r = self.solve(id);
+            self.origin = outer;
+            if let Err(e) = r {
                 self.woken.clear();
                 return Err(e);
             }
