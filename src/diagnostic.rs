@@ -57,10 +57,11 @@ impl Diagnostic {
         Some(first)
     }
 
-    /// This diagnostic and those it carries, flattened.
-    pub fn all(&self) -> Vec<&Diagnostic> {
+    /// This diagnostic and those it carries, each on its own.
+    pub fn flatten(mut self) -> Vec<Diagnostic> {
+        let more = std::mem::take(&mut self.more);
         let mut v = vec![self];
-        v.extend(self.more.iter().flat_map(|d| d.all()));
+        v.extend(more.into_iter().flat_map(Diagnostic::flatten));
         v
     }
     pub fn warning(phase: Phase, message: impl Into<String>) -> Diagnostic {

@@ -226,6 +226,24 @@ fn lsp_diagnostics_follow_edits() {
 }
 
 #[test]
+fn lsp_every_error_and_hover_around_them() {
+    let mut c = Client::start();
+    let u = uri("several.dp");
+    let text = "let sgd p g = p - 0.1 * g\nlet a = 1 + \"x\"\nlet b = a + 1\nlet c = if 3 then 1 else 2\nlet d = sgd 1.0 2.0\n";
+    let diags = c.open(&u, text);
+    let diags = diags.as_array().unwrap();
+    assert_eq!(diags.len(), 2, "two independent errors, no cascade from `b`: {diags:?}");
+    assert_eq!(range(&diags[0]).0, 1);
+    assert_eq!(range(&diags[1]).0, 3);
+    assert!(!diags[0]["message"].as_str().unwrap().contains("Bool"), "each error on its own: {diags:?}");
+    // Hover still works around the errors, and shows a polymorphic type's constraints.
+    let h = c.at("textDocument/hover", &u, 4, 9);
+    let shown = h["contents"]["value"].as_str().unwrap();
+    assert!(shown.contains("sgd : (Real a, Real b, Real c, Broadcast a b c) => a -> b -> c"), "{h}");
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
 fn lsp_positions_are_utf16() {
     let mut c = Client::start();
     let u = uri("utf16.dp");

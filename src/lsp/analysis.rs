@@ -92,7 +92,7 @@ impl Analysis {
             Ok(units) => {
                 a.top_types = Some(units.into_iter().filter(|u| u.from_user).map(|u| u.defined).collect());
             }
-            Err(d) => diags.extend(d.all().into_iter().cloned()),
+            Err(d) => diags.extend(d.flatten()),
         }
         a.diagnostics = diags.iter().map(|d| a.to_lsp(uri, &session, d)).collect();
         a.session = Some(session);
