@@ -18,10 +18,32 @@ pub fn is_incomplete(d: &Diagnostic) -> bool {
     d.message.starts_with("unexpected end of input") || d.message.starts_with("unterminated")
 }
 
+/// Parses a file. Each top-level item (the lexer marks where one starts) is parsed on its
+/// own, so a syntax error in one item does not hide those of the others: every item with an
+/// error is reported (up to `MAX_SYNTAX_ERRORS`), the first carrying the rest.
 pub fn parse_program(src: &str, file: u32) -> Result<Vec<Item>, Diagnostic> {
+    const MAX_SYNTAX_ERRORS: usize = 20;
     let tokens = lexer::lex(src, file)?;
     let eof = src.len();
-    grammar::ProgramParser::new().parse(file, tokens).map_err(|e| parse_error(e, file, eof))
+    let parser = grammar::ProgramParser::new();
+    let mut items = Vec::new();
+    let mut errors = Vec::new();
+    let mut rest = &tokens[..];
+    while !rest.is_empty() && errors.len() < MAX_SYNTAX_ERRORS {
+        // An item's tokens and the separator after it (which the grammar accepts at the end
+        // of a program, and which an unfinished item reports as unexpected, as before).
+        let end = rest.iter().position(|(_, t, _)| *t == Tok::ItemSep).map_or(rest.len(), |i| i + 1);
+        let (chunk, after) = rest.split_at(end);
+        rest = after;
+        match parser.parse(file, chunk.iter().cloned()) {
+            Ok(mut v) => items.append(&mut v),
+            Err(e) => errors.push(parse_error(e, file, eof)),
+        }
+    }
+    match Diagnostic::collect(errors) {
+        Some(d) => Err(d),
+        None => Ok(items),
+    }
 }
 
 fn describe(t: &Tok) -> String {
