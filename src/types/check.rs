@@ -877,66 +877,77 @@ impl Checker {
 
     // ------------------------------------------------------------ expressions
 
+    /// Infers an expression's type and elaborates it. The forms that nest deeply in real
+    /// programs (`let … in`, operator chains, applications) go straight to their own
+    /// functions, so each level of nesting costs a small stack frame.
     fn infer(&mut self, e: &Expr) -> R<(Core, Ty)> {
+        match &e.kind {
+            ExprKind::Let(p, e1, e2) => self.infer_let(p, e1, e2),
+            ExprKind::Bin(op, opspan, a, b) => self.infer_bin(*op, *opspan, a, b, e.span),
+            ExprKind::App(..) => {
+                let (head, args) = spine(e);
+                self.infer_app(head, &args, e.span)
+            }
+            _ => self.infer_other(e),
+        }
+    }
+
+    /// `let p = e1 in e2`, outside `infer` so that deeply nested `let`s cost a small frame each.
+    #[inline(never)]
+    fn infer_let(&mut self, p: &Pat, e1: &Expr, e2: &Expr) -> R<(Core, Ty)> {
+        let simple = simple_var(p);
+        let is_value = is_syntactic_value(e1);
+        self.level += 1;
+        let (mut c1, t1) = self.infer_defining(simple, e1)?;
+        self.level -= 1;
+        let m = self.mark();
+        if let Some(name) = simple {
+            if let Core::Lam(l) = &mut c1 {
+                name_lambda(l, name);
+            }
+            if let PatKind::Annot(_, te) = &p.kind {
+                let at = self.convert_type(te)?;
+                self.unify_at(&at, &t1, e1.span, Some((te.span, "annotated as")))?;
+            }
+            let scheme = self.scheme_for(t1, is_value);
+            let slot = self.new_slot();
+            let depth = self.fun_depth();
+            self.push_binding(
+                name.into(),
+                Binding { scheme, loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span: p.span },
+            );
+            let (c2, t2) = self.infer(e2)?;
+            self.pop_to(m);
+            Ok((Core::Let(slot, Box::new(c1), Box::new(c2)), t2))
+        } else {
+            let mut binds = Vec::new();
+            let pat = self.infer_pat(p, &t1, &mut binds)?;
+            self.warn_exhaustive(std::slice::from_ref(p), &t1, p.span, "this `let` pattern");
+            for (name, ty, slot, span) in binds {
+                let depth = self.fun_depth();
+                let scheme = self.scheme_for(ty, is_value);
+                self.push_binding(
+                    name,
+                    Binding { scheme, loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
+                );
+            }
+            let (c2, t2) = self.infer(e2)?;
+            self.pop_to(m);
+            Ok((Core::LetPat(pat, Box::new(c1), Box::new(c2), p.span), t2))
+        }
+    }
+
+    #[inline(never)]
+    fn infer_other(&mut self, e: &Expr) -> R<(Core, Ty)> {
         let sp = e.span;
         Ok(match &e.kind {
             ExprKind::Lit(l) => lit(l),
             ExprKind::Var(x) => self.infer_var(x, sp)?,
             ExprKind::Con(c) => self.infer_con_app(c, sp, &[], sp)?,
-            ExprKind::App(..) => {
-                let (head, args) = spine(e);
-                self.infer_app(head, &args, sp)?
-            }
+            ExprKind::App(..) | ExprKind::Let(..) | ExprKind::Bin(..) => return self.infer(e),
             ExprKind::Lam(params, body) => {
                 let (lam, t) = self.infer_lambda("fun", params, body, sp, None)?;
                 (Core::Lam(lam), t)
-            }
-            ExprKind::Let(p, e1, e2) => {
-                let simple = simple_var(p);
-                let is_value = is_syntactic_value(e1);
-                self.level += 1;
-                let (mut c1, t1) = self.infer_defining(simple, e1)?;
-                self.level -= 1;
-                let m = self.mark();
-                if let Some(name) = simple {
-                    if let Core::Lam(l) = &mut c1 {
-                        name_lambda(l, name);
-                    }
-                    if let PatKind::Annot(_, te) = &p.kind {
-                        let at = self.convert_type(te)?;
-                        self.unify_at(&at, &t1, e1.span, Some((te.span, "annotated as")))?;
-                    }
-                    let scheme = self.scheme_for(t1, is_value);
-                    let slot = self.new_slot();
-                    let depth = self.fun_depth();
-                    self.push_binding(
-                        name.into(),
-                        Binding {
-                            scheme,
-                            loc: Loc::Local { depth, slot, boxed: false },
-                            self_depth: None,
-                            span: p.span,
-                        },
-                    );
-                    let (c2, t2) = self.infer(e2)?;
-                    self.pop_to(m);
-                    (Core::Let(slot, Box::new(c1), Box::new(c2)), t2)
-                } else {
-                    let mut binds = Vec::new();
-                    let pat = self.infer_pat(p, &t1, &mut binds)?;
-                    self.warn_exhaustive(std::slice::from_ref(&**p), &t1, p.span, "this `let` pattern");
-                    for (name, ty, slot, span) in binds {
-                        let depth = self.fun_depth();
-                        let scheme = self.scheme_for(ty, is_value);
-                        self.push_binding(
-                            name,
-                            Binding { scheme, loc: Loc::Local { depth, slot, boxed: false }, self_depth: None, span },
-                        );
-                    }
-                    let (c2, t2) = self.infer(e2)?;
-                    self.pop_to(m);
-                    (Core::LetPat(pat, Box::new(c1), Box::new(c2), p.span), t2)
-                }
             }
             ExprKind::LetRec(defs, body) => self.infer_letrec(defs, body)?,
             ExprKind::If(c, a, b) => {
@@ -1009,7 +1020,6 @@ impl Checker {
                 let (cb, tb) = self.infer(b)?;
                 (Core::Seq(Box::new(ca), Box::new(cb)), tb)
             }
-            ExprKind::Bin(op, opspan, a, b) => self.infer_bin(*op, *opspan, a, b, sp)?,
             ExprKind::Un(op, a) => {
                 let (ca, ta) = self.infer(a)?;
                 match op {
@@ -1295,6 +1305,7 @@ impl Checker {
         Ok((core, ft))
     }
 
+    #[inline(never)]
     fn infer_app(&mut self, head: &Expr, args: &[&Expr], sp: Span) -> R<(Core, Ty)> {
         if let ExprKind::Con(c) = &head.kind {
             return self.infer_con_app(c, head.span, args, sp);
@@ -1379,6 +1390,7 @@ impl Checker {
         })
     }
 
+    #[inline(never)]
     fn infer_bin(&mut self, op: BinOp, opspan: Span, a: &Expr, b: &Expr, sp: Span) -> R<(Core, Ty)> {
         if op == BinOp::Pipe {
             return self.infer_app(b, &[a], sp);
