@@ -54,6 +54,9 @@ struct Binding {
     effectful: bool,
     /// A recursive function whose first argument is its counter: only called with a small literal.
     counter: bool,
+    /// Shadowed by a later binding of the same name (which records it in `shadows`).
+    hidden: bool,
+    shadows: Option<usize>,
 }
 
 pub struct Generator {
@@ -218,7 +221,15 @@ impl Generator {
             effect_seen: false,
         };
         for (name, vars, ty) in prelude() {
-            g.env.push(Binding { name: name.into(), vars, ty, effectful: false, counter: false });
+            g.env.push(Binding {
+                name: name.into(),
+                vars,
+                ty,
+                effectful: false,
+                counter: false,
+                hidden: false,
+                shadows: None,
+            });
         }
         g
     }
@@ -228,8 +239,54 @@ impl Generator {
         format!("{prefix}{}", self.fresh)
     }
 
+    /// Adds a binding, hiding an earlier one of the same name.
+    fn push(&mut self, mut b: Binding) {
+        if let Some(i) = self.env.iter().rposition(|o| !o.hidden && o.name == b.name) {
+            self.env[i].hidden = true;
+            b.shadows = Some(i);
+        }
+        self.env.push(b);
+    }
+
+    /// Leaves the scopes opened since `mark`, showing what their bindings hid.
+    fn truncate(&mut self, mark: usize) {
+        while self.env.len() > mark {
+            if let Some(i) = self.env.pop().and_then(|b| b.shadows) {
+                self.env[i].hidden = false;
+            }
+        }
+    }
+
+    /// A name for a `let` or a parameter: usually fresh, sometimes one in scope (shadowing it,
+    /// as both languages allow). Only the generator's own local names are reused, never a
+    /// prelude or builtin name or a top-level one, and never one of an opaque type (the only
+    /// way to make a value of that type may be that variable).
+    fn local_name(&mut self, prefix: &str) -> String {
+        if self.rng.chance(0.12) {
+            let locals: Vec<String> = self
+                .env
+                .iter()
+                .filter(|b| !b.hidden && b.vars == 0 && !b.counter && !has_opaque(&b.ty))
+                .filter(|b| b.name.starts_with('v') || b.name.starts_with('x'))
+                .map(|b| b.name.clone())
+                .collect();
+            if !locals.is_empty() {
+                return self.rng.pick(&locals).clone();
+            }
+        }
+        self.name(prefix)
+    }
+
     fn bind(&mut self, name: &str, ty: Ty) {
-        self.env.push(Binding { name: name.into(), vars: 0, ty, effectful: false, counter: false });
+        self.push(Binding {
+            name: name.into(),
+            vars: 0,
+            ty,
+            effectful: false,
+            counter: false,
+            hidden: false,
+            shadows: None,
+        });
     }
 
     // ------------------------------------------------------------------ programs
@@ -302,14 +359,30 @@ impl Generator {
                 let ty = self.random_type(2);
                 let name = self.name("g");
                 let (e, effectful) = self.let_rhs(&ty, cx);
-                self.env.push(Binding { name: name.clone(), vars: 0, ty, effectful, counter: false });
+                self.push(Binding {
+                    name: name.clone(),
+                    vars: 0,
+                    ty,
+                    effectful,
+                    counter: false,
+                    hidden: false,
+                    shadows: None,
+                });
                 items.push(Item::Let(Pat::Var(name), e));
             }
             1 => {
                 let ty = self.fun_type();
                 let name = self.name("gf");
                 let (e, effectful) = self.tracking(|g| g.lambda(&ty, cx));
-                self.env.push(Binding { name: name.clone(), vars: 0, ty, effectful, counter: false });
+                self.push(Binding {
+                    name: name.clone(),
+                    vars: 0,
+                    ty,
+                    effectful,
+                    counter: false,
+                    hidden: false,
+                    shadows: None,
+                });
                 items.push(Item::Let(Pat::Var(name), e));
             }
             2 => {
@@ -446,7 +519,8 @@ impl Generator {
                 fuel > 0
                     && self.env.iter().any(|b| {
                         let (params, res) = uncurry(&b.ty);
-                        b.vars == 0
+                        !b.hidden
+                            && b.vars == 0
                             && !b.counter
                             && !(b.effectful && is_fun(&b.ty))
                             && (b.ty == *t || (res == *t && params.iter().all(|p| self.inhabited(p, fuel - 1))))
@@ -640,7 +714,7 @@ impl Generator {
         let x = self.name("x");
         self.bind(&x, Ty::Float);
         let body = self.expr(&Ty::Float, Cx { depth: cx.depth.saturating_sub(1).min(3), fx: false });
-        self.env.pop();
+        self.truncate(self.env.len() - 1);
         let f = Expr::Fun(vec![Param { pat: Pat::Var(x), ann: Some(Ty::Float) }], bx(body));
         let at = self.expr(&Ty::Float, sub);
         match self.rng.below(4) {
@@ -706,7 +780,7 @@ impl Generator {
             let vars: Vec<String> = self
                 .env
                 .iter()
-                .filter(|b| b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty)) && &b.ty == ty)
+                .filter(|b| !b.hidden && b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty)) && &b.ty == ty)
                 .map(|b| b.name.clone())
                 .collect();
             if !vars.is_empty() {
@@ -749,7 +823,7 @@ impl Generator {
                 let x = self.name("x");
                 self.bind(&x, (**a).clone());
                 let body = self.leaf(b);
-                self.env.pop();
+                self.truncate(self.env.len() - 1);
                 Expr::Fun(vec![self.param(x, a)], bx(body))
             }
             Ty::Tensor(shape) => self.tensor_lit(shape),
@@ -762,7 +836,7 @@ impl Generator {
     /// returns one (a parameter `f : a -> b`), whose arguments are made within `fuel` such
     /// steps (as `inhabited` promised), so the search cannot cycle (`f : a -> b`, `g : b -> a`).
     fn opaque_value(&mut self, ty: &Ty, fuel: u32) -> Expr {
-        let usable = |b: &Binding| b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty));
+        let usable = |b: &Binding| !b.hidden && b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty));
         let vars: Vec<String> = self.env.iter().filter(|b| usable(b) && b.ty == *ty).map(|b| b.name.clone()).collect();
         if !vars.is_empty() {
             return Expr::Var(self.rng.pick(&vars).clone());
@@ -798,7 +872,7 @@ impl Generator {
     /// some arguments, has the type.
     fn call(&mut self, ty: &Ty, cx: Cx, values: bool) -> Option<Expr> {
         let mut cands: Vec<(usize, usize, Vec<Option<Ty>>)> = Vec::new();
-        for (bi, b) in self.env.iter().enumerate() {
+        for (bi, b) in self.env.iter().enumerate().filter(|(_, b)| !b.hidden) {
             let (params, res) = uncurry(&b.ty);
             let arities: Vec<usize> = if values { vec![0] } else { (1..=params.len()).collect() };
             for k in arities {
@@ -900,13 +974,21 @@ impl Generator {
                 Pat::Tuple(names.into_iter().map(Pat::Var).collect())
             }
             _ => {
-                let n = self.name("v");
-                self.env.push(Binding { name: n.clone(), vars: 0, ty: t, effectful, counter: false });
+                let n = self.local_name("v");
+                self.push(Binding {
+                    name: n.clone(),
+                    vars: 0,
+                    ty: t,
+                    effectful,
+                    counter: false,
+                    hidden: false,
+                    shadows: None,
+                });
                 Pat::Var(n)
             }
         };
         let body = self.expr(ty, cx.ordered());
-        self.env.truncate(mark);
+        self.truncate(mark);
         Expr::Let(pat, bx(rhs), bx(body))
     }
 
@@ -922,7 +1004,15 @@ impl Generator {
         let lambda = self.lambda(&concrete, Cx { depth: depth.min(4), fx: false });
         self.opaque.truncate(mark);
         let name = self.name("poly");
-        self.env.push(Binding { name: name.clone(), vars, ty: scheme, effectful: false, counter: false });
+        self.push(Binding {
+            name: name.clone(),
+            vars,
+            ty: scheme,
+            effectful: false,
+            counter: false,
+            hidden: false,
+            shadows: None,
+        });
         (name, vars, lambda)
     }
 
@@ -936,7 +1026,7 @@ impl Generator {
         self.bind(&u1, t1);
         self.bind(&u2, t2);
         let body = self.expr(ty, cx.ordered());
-        self.env.truncate(mark);
+        self.truncate(mark);
         Expr::Let(
             Pat::Var(name),
             bx(lambda),
@@ -968,7 +1058,7 @@ impl Generator {
             let r = self.name("rec");
             self.bind(&r, t.clone());
             let combine = self.expr(&t, cx);
-            self.env.pop();
+            self.truncate(self.env.len() - 1);
             Expr::Let(Pat::Var(r), bx(Expr::App(bx(Expr::Var(f.clone())), vec![down, arg])), bx(combine))
         };
         let base = if self.rng.chance(0.7) {
@@ -976,11 +1066,19 @@ impl Generator {
         } else {
             self.expr(&t, Cx { depth: cx.depth.min(2), fx: false })
         };
-        self.env.truncate(mark);
+        self.truncate(mark);
         let body = Expr::If(bx(pred), bx(base), bx(step));
         let params = vec![Param { pat: Pat::Var(n), ann: Some(Ty::Int) }, self.param(acc, &t)];
         let ty = fun(Ty::Int, fun(t.clone(), t));
-        self.env.push(Binding { name: f.clone(), vars: 0, ty: ty.clone(), effectful: false, counter: true });
+        self.push(Binding {
+            name: f.clone(),
+            vars: 0,
+            ty: ty.clone(),
+            effectful: false,
+            counter: true,
+            hidden: false,
+            shadows: None,
+        });
         (f, params, body, ty)
     }
 
@@ -991,7 +1089,7 @@ impl Generator {
         let r = self.name("v");
         self.bind(&r, uncurry(&fty).1);
         let rest = self.expr(ty, cx.ordered());
-        self.env.truncate(mark);
+        self.truncate(mark);
         Expr::LetRec(f, params, bx(body), bx(Expr::Let(Pat::Var(r), bx(call), bx(rest))))
     }
 
@@ -1006,7 +1104,9 @@ impl Generator {
         let vars: Vec<(String, Ty)> = self
             .env
             .iter()
-            .filter(|b| b.vars == 0 && Self::destructurable(&b.ty) && !matches!(b.ty, Ty::Int | Ty::Bool | Ty::Str))
+            .filter(|b| {
+                !b.hidden && b.vars == 0 && Self::destructurable(&b.ty) && !matches!(b.ty, Ty::Int | Ty::Bool | Ty::Str)
+            })
             .map(|b| (b.name.clone(), b.ty.clone()))
             .collect();
         let (scrut, st) = if !vars.is_empty() && self.rng.chance(0.6) {
@@ -1028,7 +1128,7 @@ impl Generator {
                 g.bind(&n, t);
             }
             let body = g.expr(ty, cx.ordered());
-            g.env.truncate(mark);
+            g.truncate(mark);
             arms.push((pat, body));
         };
         match &st {
@@ -1149,7 +1249,7 @@ impl Generator {
                     .env
                     .iter()
                     .filter_map(|b| match &b.ty {
-                        Ty::Ref(t) if b.vars == 0 => Some((b.name.clone(), (**t).clone())),
+                        Ty::Ref(t) if !b.hidden && b.vars == 0 => Some((b.name.clone(), (**t).clone())),
                         _ => None,
                     })
                     .collect();
@@ -1204,6 +1304,11 @@ impl Generator {
                     ps.push(Param { pat: Pat::Tuple(names.into_iter().map(Pat::Var).collect()), ann: None });
                 }
                 Ty::Unit if self.rng.chance(0.5) => ps.push(Param { pat: Pat::Tuple(vec![]), ann: None }),
+                _ if params.len() == 1 => {
+                    let n = self.local_name("x");
+                    self.bind(&n, p.clone());
+                    ps.push(self.param(n, p));
+                }
                 _ => {
                     let n = self.name("x");
                     self.bind(&n, p.clone());
@@ -1212,7 +1317,7 @@ impl Generator {
             }
         }
         let body = self.expr(&res, Cx { depth: cx.depth.saturating_sub(1), fx: cx.fx });
-        self.env.truncate(mark);
+        self.truncate(mark);
         Expr::Fun(ps, bx(body))
     }
 
@@ -1365,7 +1470,7 @@ impl Generator {
                 let x = self.name("x");
                 self.bind(&x, t.clone());
                 let body = self.expr(&Ty::Float, Cx { depth: cx.depth.saturating_sub(1).min(3), fx: false });
-                self.env.pop();
+                self.truncate(self.env.len() - 1);
                 let f = Expr::Fun(vec![Param { pat: Pat::Var(x), ann: None }], bx(body));
                 let at = self.expr(&t, sub);
                 Expr::App(bx(Expr::Var("grad".into())), vec![f, at])
@@ -1381,10 +1486,10 @@ impl Generator {
         let sub = Cx { depth: cx.depth.saturating_sub(1), fx: false };
         self.bind(&k, fun(hole.clone(), ty.clone()));
         let body = self.expr(ty, sub);
-        self.env.pop();
+        self.truncate(self.env.len() - 1);
         self.bind(&h, hole);
         let rest = self.expr(ty, sub);
-        self.env.pop();
+        self.truncate(self.env.len() - 1);
         Expr::Reset(bx(Expr::Let(Pat::Var(h), bx(Expr::Shift(k, bx(body))), bx(rest))))
     }
 }

@@ -1,7 +1,8 @@
-//! Programs a sound checker must reject (or run without an internal fault), built on the
-//! soundness holes known when this generator was written. They are not well typed, so they
-//! are generated only with `DP_GEN_UNSOUND_PATTERNS=1`, and the check for them is weaker: any
-//! exit status is fine (a type error is the right answer), an internal fault or a panic is not.
+//! Programs a sound checker must reject, built on the soundness holes known when this
+//! generator was written. They are not well typed, so they are generated only with
+//! `DP_GEN_UNSOUND_PATTERNS=1`, and the check for them is the converse of the others': dp
+//! must report a type error before running anything (today it runs them, and they reach
+//! `internal:` faults or print values of the wrong type).
 //!
 //! - the value restriction through closures: `let log = ref []` and a closure pushing to it;
 //! - declared types identified by name: two `type T`s, a user `Option`;
@@ -22,8 +23,8 @@ pub fn program(rng: &mut Rng) -> String {
              let () = println (f (A \"{s}\"))\n"
         ),
         2 => format!(
-            "type Option a = Nothing | Just a\nlet () = println (option_default {n} (Just \"{s}\"))\n\
-             let () = println (option_default {n} (Just \"{s}\") + 1)\n"
+            "type Option a = Nothing | Just a\nlet () = println (option_default {n} (Just {n}) + 1)\n\
+             let () = println (match Some \"{s}\" with | Nothing -> \"\" | Just t -> t)\n"
         ),
         _ => format!(
             "let g () = shift (fun k -> [\"{s}\"])\nlet xs = reset (fun () -> [{n} + g ()])\n\
