@@ -127,11 +127,21 @@ pub enum Pat {
     Tuple(Vec<Pat>),
     Nil,
     Cons(Box<Pat>, Box<Pat>),
+    /// `[p1, p2]`: a list of exactly these elements.
+    List(Vec<Pat>),
     Ctor(usize, usize, Vec<Pat>),
     Some(Box<Pat>),
     None,
     /// Some of a record's fields, each bound to a pattern.
     Record(Vec<(String, Pat)>),
+}
+
+/// One function of a `let rec … and …` group.
+#[derive(Clone, Debug)]
+pub struct RecFn {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub body: Expr,
 }
 
 #[derive(Clone, Debug)]
@@ -157,7 +167,8 @@ pub enum Expr {
     Math(&'static str, Box<Expr>, Ty),
     If(Box<Expr>, Box<Expr>, Box<Expr>),
     Let(Pat, Box<Expr>, Box<Expr>),
-    LetRec(String, Vec<Param>, Box<Expr>, Box<Expr>),
+    /// `let rec f … and g … in e`.
+    LetRec(Vec<RecFn>, Box<Expr>),
     Fun(Vec<Param>, Box<Expr>),
     App(Box<Expr>, Vec<Expr>),
     Tuple(Vec<Expr>),
@@ -189,8 +200,8 @@ pub enum Expr {
 pub enum Item {
     /// `let p = e` at top level (`let () = e` for effects).
     Let(Pat, Expr),
-    /// `let rec f params = body`.
-    LetRec(String, Vec<Param>, Expr),
+    /// `let rec f params = body and …`.
+    LetRec(Vec<RecFn>),
 }
 
 pub struct Program {

@@ -25,9 +25,7 @@ pub fn program(p: &Program) -> String {
     for item in &p.items {
         match item {
             Item::Let(pat, e) => out.push_str(&format!("let {} = {}\n", pattern(p, pat), expr(p, e))),
-            Item::LetRec(f, params, body) => {
-                out.push_str(&format!("let rec {f} {} = {}\n", params_(p, params), expr(p, body)))
-            }
+            Item::LetRec(group) => out.push_str(&format!("let rec {}\n", rec_group(p, group))),
         }
     }
     out
@@ -120,6 +118,12 @@ pub fn op(o: BinOp) -> &'static str {
     }
 }
 
+fn rec_group(p: &Program, group: &[RecFn]) -> String {
+    let fs: Vec<String> =
+        group.iter().map(|f| format!("{} {} = {}", f.name, params_(p, &f.params), expr(p, &f.body))).collect();
+    fs.join(" and ")
+}
+
 fn params_(p: &Program, ps: &[Param]) -> String {
     ps.iter()
         .map(|pa| match &pa.ann {
@@ -149,6 +153,7 @@ pub fn pattern(p: &Program, pat: &Pat) -> String {
         Pat::Tuple(ps) => format!("({})", ps.iter().map(|q| pattern(p, q)).collect::<Vec<_>>().join(", ")),
         Pat::Nil => "[]".into(),
         Pat::Cons(h, t) => format!("{} :: {}", atomic_pattern(p, h), atomic_pattern(p, t)),
+        Pat::List(ps) => format!("[{}]", ps.iter().map(|q| pattern(p, q)).collect::<Vec<_>>().join(", ")),
         Pat::Ctor(d, c, args) => {
             let mut s = p.variants[*d].ctors[*c].0.clone();
             for a in args {
@@ -193,7 +198,7 @@ pub fn expr(p: &Program, e: &Expr) -> String {
         Expr::Math(f, a, _) => format!("({f} {})", x(a)),
         Expr::If(c, a, b) => format!("(if {} then {} else {})", x(c), x(a), x(b)),
         Expr::Let(pat, r, b) => format!("(let {} = {} in {})", pattern(p, pat), x(r), x(b)),
-        Expr::LetRec(f, ps, body, rest) => format!("(let rec {f} {} = {} in {})", params_(p, ps), x(body), x(rest)),
+        Expr::LetRec(group, rest) => format!("(let rec {} in {})", rec_group(p, group), x(rest)),
         Expr::Fun(ps, body) => format!("(fun {} -> {})", params_(p, ps), x(body)),
         Expr::App(f, args) => {
             format!("({} {})", x(f), args.iter().map(x).collect::<Vec<_>>().join(" "))

@@ -398,8 +398,9 @@ impl Generator {
                 }
             }
             3 => {
-                let (name, params, body, ty) = self.rec_fun(cx.depth);
-                items.push(Item::LetRec(name.clone(), params, body));
+                let (group, ty) = self.rec_group(cx.depth);
+                let name = self.rng.pick(&group).name.clone();
+                items.push(Item::LetRec(group));
                 let call = self.call_counter(&name, &ty, cx);
                 let g = self.name("g");
                 let (_, res) = uncurry(&ty);
@@ -1035,62 +1036,72 @@ impl Generator {
     }
 
     /// `let rec f n acc = if n <= 0 then acc else …f (n - 1) …`: a recursion bounded by its
-    /// counter, tail-recursive or not. Returns the name, parameters, body and type.
-    fn rec_fun(&mut self, depth: u32) -> (String, Vec<Param>, Expr, Ty) {
+    /// counter, tail-recursive or not; sometimes two functions calling each other
+    /// (`let rec f … and g …`). Returns the group and the functions' common type, bound in `env`.
+    fn rec_group(&mut self, depth: u32) -> (Vec<RecFn>, Ty) {
         let t = loop {
             let t = self.random_type(1);
             if !is_fun(&t) {
                 break t;
             }
         };
-        let (f, n, acc) = (self.name("f"), self.name("n"), self.name("acc"));
-        let mark = self.env.len();
-        self.bind(&n, Ty::Int);
-        self.bind(&acc, t.clone());
-        let cx = Cx { depth: depth.saturating_sub(1).min(3), fx: false };
-        let pred = Expr::Bin(BinOp::Le, bx(Expr::Var(n.clone())), bx(Expr::Int(0)), Ty::Int);
-        let down = Expr::Bin(BinOp::Sub, bx(Expr::Var(n.clone())), bx(Expr::Int(1)), Ty::Int);
-        let step = if self.rng.chance(0.5) {
-            let next = self.expr(&t, cx);
-            Expr::App(bx(Expr::Var(f.clone())), vec![down, next])
-        } else {
-            let arg = self.expr(&t, cx);
-            let r = self.name("rec");
-            self.bind(&r, t.clone());
-            let combine = self.expr(&t, cx);
-            self.truncate(self.env.len() - 1);
-            Expr::Let(Pat::Var(r), bx(Expr::App(bx(Expr::Var(f.clone())), vec![down, arg])), bx(combine))
-        };
-        let base = if self.rng.chance(0.7) {
-            Expr::Var(acc.clone())
-        } else {
-            self.expr(&t, Cx { depth: cx.depth.min(2), fx: false })
-        };
-        self.truncate(mark);
-        let body = Expr::If(bx(pred), bx(base), bx(step));
-        let params = vec![Param { pat: Pat::Var(n), ann: Some(Ty::Int) }, self.param(acc, &t)];
+        let names: Vec<String> = (0..if self.rng.chance(0.3) { 2 } else { 1 }).map(|_| self.name("f")).collect();
+        let mut group = Vec::new();
+        for (i, f) in names.iter().enumerate() {
+            let callee = names[(i + 1) % names.len()].clone();
+            let (n, acc) = (self.name("n"), self.name("acc"));
+            let mark = self.env.len();
+            self.bind(&n, Ty::Int);
+            self.bind(&acc, t.clone());
+            let cx = Cx { depth: depth.saturating_sub(1).min(3), fx: false };
+            let pred = Expr::Bin(BinOp::Le, bx(Expr::Var(n.clone())), bx(Expr::Int(0)), Ty::Int);
+            let down = Expr::Bin(BinOp::Sub, bx(Expr::Var(n.clone())), bx(Expr::Int(1)), Ty::Int);
+            let step = if self.rng.chance(0.5) {
+                let next = self.expr(&t, cx);
+                Expr::App(bx(Expr::Var(callee)), vec![down, next])
+            } else {
+                let arg = self.expr(&t, cx);
+                let r = self.name("rec");
+                self.bind(&r, t.clone());
+                let combine = self.expr(&t, cx);
+                self.truncate(self.env.len() - 1);
+                Expr::Let(Pat::Var(r), bx(Expr::App(bx(Expr::Var(callee)), vec![down, arg])), bx(combine))
+            };
+            let base = if self.rng.chance(0.7) {
+                Expr::Var(acc.clone())
+            } else {
+                self.expr(&t, Cx { depth: cx.depth.min(2), fx: false })
+            };
+            self.truncate(mark);
+            let body = Expr::If(bx(pred), bx(base), bx(step));
+            let params = vec![Param { pat: Pat::Var(n), ann: Some(Ty::Int) }, self.param(acc, &t)];
+            group.push(RecFn { name: f.clone(), params, body });
+        }
         let ty = fun(Ty::Int, fun(t.clone(), t));
-        self.push(Binding {
-            name: f.clone(),
-            vars: 0,
-            ty: ty.clone(),
-            effectful: false,
-            counter: true,
-            hidden: false,
-            shadows: None,
-        });
-        (f, params, body, ty)
+        for f in names {
+            self.push(Binding {
+                name: f,
+                vars: 0,
+                ty: ty.clone(),
+                effectful: false,
+                counter: true,
+                hidden: false,
+                shadows: None,
+            });
+        }
+        (group, ty)
     }
 
     fn let_rec(&mut self, ty: &Ty, cx: Cx) -> Expr {
         let mark = self.env.len();
-        let (f, params, body, fty) = self.rec_fun(cx.depth);
+        let (group, fty) = self.rec_group(cx.depth);
+        let f = self.rng.pick(&group).name.clone();
         let call = self.call_counter(&f, &fty, cx);
         let r = self.name("v");
         self.bind(&r, uncurry(&fty).1);
         let rest = self.expr(ty, cx.ordered());
         self.truncate(mark);
-        Expr::LetRec(f, params, bx(body), bx(Expr::Let(Pat::Var(r), bx(call), bx(rest))))
+        Expr::LetRec(group, bx(Expr::Let(Pat::Var(r), bx(call), bx(rest))))
     }
 
     fn destructurable(t: &Ty) -> bool {
@@ -1131,7 +1142,17 @@ impl Generator {
             g.truncate(mark);
             arms.push((pat, body));
         };
+        let nested = self.rng.chance(0.35);
         match &st {
+            // A few random nested patterns, then a catch-all (first match wins in both languages).
+            _ if nested => {
+                for _ in 0..self.rng.range(1, 3) {
+                    let mut binds = Vec::new();
+                    let pat = self.random_pattern(&st, 3, &mut binds);
+                    arm(self, pat, binds);
+                }
+                arm(self, Pat::Wild, vec![]);
+            }
             Ty::List(t) => {
                 let (h, tl) = (self.name("h"), self.name("t"));
                 if self.rng.chance(0.3) {
@@ -1209,6 +1230,56 @@ impl Generator {
             _ => return None,
         }
         Some(Expr::Match(bx(scrut), arms))
+    }
+
+    /// A pattern of the type, nested up to `depth`, adding the variables it binds to `binds`.
+    fn random_pattern(&mut self, t: &Ty, depth: u32, binds: &mut Vec<(String, Ty)>) -> Pat {
+        let r = self.rng.below(10);
+        if depth == 0 || r < 2 {
+            return Pat::Wild;
+        }
+        if r < 4 {
+            let n = self.name("q");
+            binds.push((n.clone(), t.clone()));
+            return Pat::Var(n);
+        }
+        let d = depth - 1;
+        match t {
+            Ty::Int => Pat::Int(self.rng.range(0, 3)),
+            Ty::Bool => Pat::Bool(self.rng.chance(0.5)),
+            Ty::Str => Pat::Str(self.rng.pick(STRINGS).to_string()),
+            Ty::Tuple(ts) => Pat::Tuple(ts.iter().map(|t| self.random_pattern(t, d, binds)).collect()),
+            Ty::List(e) => match self.rng.below(3) {
+                0 => Pat::Nil,
+                1 => {
+                    let h = self.random_pattern(e, d, binds);
+                    Pat::Cons(bx(h), bx(self.random_pattern(t, d, binds)))
+                }
+                _ => Pat::List((0..self.rng.range(1, 2)).map(|_| self.random_pattern(e, d, binds)).collect()),
+            },
+            Ty::Option(e) => {
+                if self.rng.chance(0.3) {
+                    Pat::None
+                } else {
+                    Pat::Some(bx(self.random_pattern(e, d, binds)))
+                }
+            }
+            Ty::Variant(i, targs) => {
+                let c = self.rng.below(self.variants[*i].ctors.len());
+                let args = self.variants[*i].ctors[c].1.clone();
+                Pat::Ctor(
+                    *i,
+                    c,
+                    args.iter().map(|a| self.random_pattern(&a.subst_param(targs.first()), d, binds)).collect(),
+                )
+            }
+            Ty::Record(i) => {
+                let fields = self.records[*i].fields.clone();
+                let (f, ft) = self.rng.pick(&fields).clone();
+                Pat::Record(vec![(f, self.random_pattern(&ft, d, binds))])
+            }
+            _ => Pat::Wild,
+        }
     }
 
     fn field(&mut self, ty: &Ty, cx: Cx) -> Option<Expr> {

@@ -156,9 +156,7 @@ pub fn program(p: &Program) -> String {
     for item in &p.items {
         match item {
             Item::Let(pat, e) => out.push_str(&format!("let {} = {}\n", pattern(p, pat), expr(p, e))),
-            Item::LetRec(f, params, body) => {
-                out.push_str(&format!("let rec {f} {} = {}\n", params_(p, params), expr(p, body)))
-            }
+            Item::LetRec(group) => out.push_str(&format!("let rec {}\n", rec_group(p, group))),
         }
     }
     out
@@ -237,6 +235,12 @@ fn op(o: BinOp, t: &Ty) -> &'static str {
     }
 }
 
+fn rec_group(p: &Program, group: &[RecFn]) -> String {
+    let fs: Vec<String> =
+        group.iter().map(|f| format!("{} {} = {}", f.name, params_(p, &f.params), expr(p, &f.body))).collect();
+    fs.join(" and ")
+}
+
 fn params_(p: &Program, ps: &[Param]) -> String {
     ps.iter()
         .map(|pa| match &pa.ann {
@@ -257,6 +261,7 @@ fn pattern(p: &Program, pat: &Pat) -> String {
         Pat::Tuple(ps) => format!("({})", ps.iter().map(|q| pattern(p, q)).collect::<Vec<_>>().join(", ")),
         Pat::Nil => "[]".into(),
         Pat::Cons(h, t) => format!("({} :: {})", pattern(p, h), pattern(p, t)),
+        Pat::List(ps) => format!("[{}]", ps.iter().map(|q| pattern(p, q)).collect::<Vec<_>>().join("; ")),
         Pat::Ctor(d, c, args) => {
             let name = &p.variants[*d].ctors[*c].0;
             if args.is_empty() {
@@ -301,7 +306,7 @@ fn expr(p: &Program, e: &Expr) -> String {
         }
         Expr::If(c, a, b) => format!("(if {} then {} else {})", x(c), x(a), x(b)),
         Expr::Let(pat, r, b) => format!("(let {} = {} in {})", pattern(p, pat), x(r), x(b)),
-        Expr::LetRec(f, ps, body, rest) => format!("(let rec {f} {} = {} in {})", params_(p, ps), x(body), x(rest)),
+        Expr::LetRec(group, rest) => format!("(let rec {} in {})", rec_group(p, group), x(rest)),
         Expr::Fun(ps, body) => format!("(fun {} -> {})", params_(p, ps), x(body)),
         Expr::App(f, args) => format!("({} {})", x(f), args.iter().map(x).collect::<Vec<_>>().join(" ")),
         Expr::Tuple(es) => format!("({})", es.iter().map(x).collect::<Vec<_>>().join(", ")),
