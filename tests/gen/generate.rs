@@ -59,6 +59,14 @@ struct Binding {
     shadows: Option<usize>,
 }
 
+impl Binding {
+    /// Visible, monomorphic, and usable anywhere by name (not a counter-bounded recursion,
+    /// not a function with effects).
+    fn plain(&self) -> bool {
+        !(self.hidden || self.vars != 0 || self.counter || (self.effectful && is_fun(&self.ty)))
+    }
+}
+
 pub struct Generator {
     rng: Rng,
     core_only: bool,
@@ -520,11 +528,7 @@ impl Generator {
                 fuel > 0
                     && self.env.iter().any(|b| {
                         let (params, res) = uncurry(&b.ty);
-                        !b.hidden
-                            && b.vars == 0
-                            && !b.counter
-                            && !(b.effectful && is_fun(&b.ty))
-                            && (b.ty == *t || (res == *t && params.iter().all(|p| self.inhabited(p, fuel - 1))))
+                        b.plain() && (b.ty == *t || (res == *t && params.iter().all(|p| self.inhabited(p, fuel - 1))))
                     })
             }
             Ty::Tuple(ts) => ts.iter().all(|t| self.inhabited(t, fuel)),
@@ -778,12 +782,8 @@ impl Generator {
     /// An expression of the type with no further generation depth: literals and variables.
     fn leaf(&mut self, ty: &Ty) -> Expr {
         if self.rng.chance(0.5) || matches!(ty, Ty::Opaque(_)) {
-            let vars: Vec<String> = self
-                .env
-                .iter()
-                .filter(|b| !b.hidden && b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty)) && &b.ty == ty)
-                .map(|b| b.name.clone())
-                .collect();
+            let vars: Vec<String> =
+                self.env.iter().filter(|b| b.plain() && &b.ty == ty).map(|b| b.name.clone()).collect();
             if !vars.is_empty() {
                 return Expr::Var(self.rng.pick(&vars).clone());
             }
@@ -837,15 +837,14 @@ impl Generator {
     /// returns one (a parameter `f : a -> b`), whose arguments are made within `fuel` such
     /// steps (as `inhabited` promised), so the search cannot cycle (`f : a -> b`, `g : b -> a`).
     fn opaque_value(&mut self, ty: &Ty, fuel: u32) -> Expr {
-        let usable = |b: &Binding| !b.hidden && b.vars == 0 && !b.counter && !(b.effectful && is_fun(&b.ty));
-        let vars: Vec<String> = self.env.iter().filter(|b| usable(b) && b.ty == *ty).map(|b| b.name.clone()).collect();
+        let vars: Vec<String> = self.env.iter().filter(|b| b.plain() && b.ty == *ty).map(|b| b.name.clone()).collect();
         if !vars.is_empty() {
             return Expr::Var(self.rng.pick(&vars).clone());
         }
         let fns: Vec<usize> = (0..self.env.len())
             .filter(|&i| {
                 let (params, res) = uncurry(&self.env[i].ty);
-                usable(&self.env[i]) && res == *ty && fuel > 0 && params.iter().all(|p| self.inhabited(p, fuel - 1))
+                self.env[i].plain() && res == *ty && fuel > 0 && params.iter().all(|p| self.inhabited(p, fuel - 1))
             })
             .collect();
         let Some(&i) = fns.first() else { panic!("generator bug: no way to make a value of {ty:?}") };

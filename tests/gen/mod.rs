@@ -100,7 +100,7 @@ fn generated_programs_run_cleanly() {
         std::fs::write(&path, &src).expect("write a program");
         let o = run_dp(&path);
         let what = dp_fault(&o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })?;
-        Some(save_failure(dir, &name, &format!("{what} (seed {})", seed(i)), &[("dp", &src)], &o))
+        Some(save_failure(dir, &name, &format!("{what}{}", reproduce(i)), &[("dp", &src)], &o))
     };
     finish("generated programs", run_many("full", &budget(), &check));
 }
@@ -126,7 +126,7 @@ fn generated_programs_agree_with_ocaml() {
         std::fs::write(&ml_path, &ml).expect("write a program");
         let o = run_dp(&dp_path);
         let files = [("dp", src.as_str()), ("ml", ml.as_str())];
-        let what = format!(" (seed {})", seed(i));
+        let what = reproduce(i);
         if let Some(fault) =
             dp_fault(&o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })
         {
@@ -163,6 +163,11 @@ fn generated_programs_agree_with_ocaml() {
         None
     };
     finish("programs compared with OCaml", run_many("ocaml", &budget(), &check));
+}
+
+/// How to generate program `i` again, alone.
+fn reproduce(i: usize) -> String {
+    format!(" (seed {}: DP_GEN_SEED={} DP_GEN_COUNT=1 regenerates it)", seed(i), seed(i))
 }
 
 fn first_difference(dp: &str, ocaml: &str) -> String {

@@ -110,7 +110,7 @@ pub fn program(p: &Program) -> String {
                 if args.is_empty() {
                     name.clone()
                 } else {
-                    format!("{name} of {}", args.iter().map(|a| ty(p, a)).collect::<Vec<_>>().join(" * "))
+                    format!("{name} of {}", args.iter().map(ty).collect::<Vec<_>>().join(" * "))
                 }
             })
             .collect();
@@ -118,7 +118,7 @@ pub fn program(p: &Program) -> String {
         decls.push(format!("{param}t{i} = {}", ctors.join(" | ")));
     }
     for (i, r) in p.records.iter().enumerate() {
-        let fs: Vec<String> = r.fields.iter().map(|(n, t)| format!("{n} : {}", ty(p, t))).collect();
+        let fs: Vec<String> = r.fields.iter().map(|(n, t)| format!("{n} : {}", ty(t))).collect();
         decls.push(format!("r{i} = {{ {} }}", fs.join("; ")));
     }
     if !decls.is_empty() {
@@ -139,15 +139,14 @@ pub fn program(p: &Program) -> String {
                 }
                 let vars: Vec<String> = (0..args.len()).map(|k| format!("x{k}")).collect();
                 let parts: Vec<String> =
-                    args.iter().zip(&vars).map(|(a, x)| format!("\" \" ^ paren_arg ({} {x})", printer(p, a))).collect();
+                    args.iter().zip(&vars).map(|(a, x)| format!("\" \" ^ paren_arg ({} {x})", printer(a))).collect();
                 format!("| {name} ({}) -> \"{name}\" ^ {}", vars.join(", "), parts.join(" ^ "))
             })
             .collect();
         printers.push(format!("pr_t{i} {pa}v = match v with {}", arms.join(" ")));
     }
     for (i, r) in p.records.iter().enumerate() {
-        let parts: Vec<String> =
-            r.fields.iter().map(|(n, t)| format!("\"{n} = \" ^ {} v.{n}", printer(p, t))).collect();
+        let parts: Vec<String> = r.fields.iter().map(|(n, t)| format!("\"{n} = \" ^ {} v.{n}", printer(t))).collect();
         printers.push(format!("pr_r{i} v = \"{{ \" ^ {} ^ \" }}\"", parts.join(" ^ \", \" ^ ")));
     }
     for pr in printers {
@@ -162,21 +161,21 @@ pub fn program(p: &Program) -> String {
     out
 }
 
-fn ty(p: &Program, t: &Ty) -> String {
+fn ty(t: &Ty) -> String {
     match t {
         Ty::Int => "int".into(),
         Ty::Float => "float".into(),
         Ty::Bool => "bool".into(),
         Ty::Str => "string".into(),
         Ty::Unit => "unit".into(),
-        Ty::List(t) => format!("({}) list", ty(p, t)),
-        Ty::Option(t) => format!("({}) option", ty(p, t)),
-        Ty::Ref(t) => format!("({}) ref", ty(p, t)),
-        Ty::Tuple(ts) => format!("({})", ts.iter().map(|t| ty(p, t)).collect::<Vec<_>>().join(" * ")),
-        Ty::Fun(a, b) => format!("({} -> {})", ty(p, a), ty(p, b)),
+        Ty::List(t) => format!("({}) list", ty(t)),
+        Ty::Option(t) => format!("({}) option", ty(t)),
+        Ty::Ref(t) => format!("({}) ref", ty(t)),
+        Ty::Tuple(ts) => format!("({})", ts.iter().map(ty).collect::<Vec<_>>().join(" * ")),
+        Ty::Fun(a, b) => format!("({} -> {})", ty(a), ty(b)),
         Ty::Record(i) => format!("r{i}"),
         Ty::Variant(i, args) => match args.first() {
-            Some(a) => format!("({}) t{i}", ty(p, a)),
+            Some(a) => format!("({}) t{i}", ty(a)),
             None => format!("t{i}"),
         },
         Ty::Param => "'a".into(),
@@ -185,22 +184,22 @@ fn ty(p: &Program, t: &Ty) -> String {
 }
 
 /// The OCaml printing function for values of a type.
-fn printer(p: &Program, t: &Ty) -> String {
+fn printer(t: &Ty) -> String {
     match t {
         Ty::Int => "pr_int".into(),
         Ty::Float => "pr_float".into(),
         Ty::Bool => "pr_bool".into(),
         Ty::Str => "pr_str".into(),
         Ty::Unit => "pr_unit".into(),
-        Ty::List(t) => format!("(pr_list {})", printer(p, t)),
-        Ty::Option(t) => format!("(pr_option {})", printer(p, t)),
-        Ty::Ref(t) => format!("(pr_ref {})", printer(p, t)),
+        Ty::List(t) => format!("(pr_list {})", printer(t)),
+        Ty::Option(t) => format!("(pr_option {})", printer(t)),
+        Ty::Ref(t) => format!("(pr_ref {})", printer(t)),
         Ty::Tuple(ts) => {
-            format!("(pr_tuple{} {})", ts.len(), ts.iter().map(|t| printer(p, t)).collect::<Vec<_>>().join(" "))
+            format!("(pr_tuple{} {})", ts.len(), ts.iter().map(printer).collect::<Vec<_>>().join(" "))
         }
         Ty::Record(i) => format!("pr_r{i}"),
         Ty::Variant(i, args) => match args.first() {
-            Some(a) => format!("(pr_t{i} {})", printer(p, a)),
+            Some(a) => format!("(pr_t{i} {})", printer(a)),
             None => format!("pr_t{i}"),
         },
         Ty::Param => "pa".into(),
@@ -244,7 +243,7 @@ fn rec_group(p: &Program, group: &[RecFn]) -> String {
 fn params_(p: &Program, ps: &[Param]) -> String {
     ps.iter()
         .map(|pa| match &pa.ann {
-            Some(t) => format!("({} : {})", pattern(p, &pa.pat), ty(p, t)),
+            Some(t) => format!("({} : {})", pattern(p, &pa.pat), ty(t)),
             None => format!("({})", pattern(p, &pa.pat)),
         })
         .collect::<Vec<_>>()
@@ -339,11 +338,11 @@ fn expr(p: &Program, e: &Expr) -> String {
         Expr::Assign(r, v) => format!("({} := {})", x(r), x(v)),
         Expr::Seq(a, b) => format!("({}; {})", x(a), x(b)),
         Expr::Print(a, t, nl) => {
-            let pr = if *t == Ty::Str { "pr_raw".to_string() } else { printer(p, t) };
+            let pr = if *t == Ty::Str { "pr_raw".to_string() } else { printer(t) };
             format!("({} ({pr} {}))", if *nl { "print_endline" } else { "print_string" }, x(a))
         }
-        Expr::Show(a, t) => format!("({} {})", printer(p, t), x(a)),
-        Expr::Annot(a, t) => format!("({} : {})", x(a), ty(p, t)),
+        Expr::Show(a, t) => format!("({} {})", printer(t), x(a)),
+        Expr::Annot(a, t) => format!("({} : {})", x(a), ty(t)),
         Expr::TensorLit(..) | Expr::Reset(_) | Expr::Shift(..) => {
             panic!("generator bug: dp-only {e:?} in a core program")
         }
