@@ -812,7 +812,10 @@ impl Generator {
             Ty::Ref(t) => Expr::Ref(bx(self.leaf(t))),
             Ty::Record(i) => {
                 let fields = self.records[*i].fields.clone();
-                Expr::Record(fields.iter().map(|(n, t)| (n.clone(), self.leaf(t))).collect())
+                let mut fs: Vec<(String, Expr)> = fields.iter().map(|(n, t)| (n.clone(), self.leaf(t))).collect();
+                // Fields are written in any order (dp prints them sorted, OCaml's printer too).
+                self.rng.shuffle(&mut fs);
+                Expr::Record(fs)
             }
             Ty::Variant(i, args) => {
                 // The first constructor never refers to its own type.
@@ -1207,6 +1210,7 @@ impl Generator {
                         binds.push((n, t));
                     }
                 }
+                self.rng.shuffle(&mut pats);
                 arm(self, Pat::Record(pats), binds);
             }
             Ty::Int => {
@@ -1475,11 +1479,16 @@ impl Generator {
                 let fields = self.records[*i].fields.clone();
                 if self.rng.chance(0.3) {
                     let r = self.expr(ty, sub);
-                    let (f, t) = self.rng.pick(&fields).clone();
-                    let v = self.expr(&t, sub);
-                    Expr::With(bx(r), vec![(f, v)])
+                    let mut updated = fields.clone();
+                    self.rng.shuffle(&mut updated);
+                    updated.truncate(self.rng.range(1, 2) as usize);
+                    let fs = updated.into_iter().map(|(f, t)| (f, self.expr(&t, sub))).collect();
+                    Expr::With(bx(r), fs)
                 } else {
-                    Expr::Record(fields.iter().map(|(n, t)| (n.clone(), self.expr(t, sub))).collect())
+                    let mut fs: Vec<(String, Expr)> =
+                        fields.iter().map(|(n, t)| (n.clone(), self.expr(t, sub))).collect();
+                    self.rng.shuffle(&mut fs);
+                    Expr::Record(fs)
                 }
             }
             Ty::Variant(i, targs) => {

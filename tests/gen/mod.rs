@@ -92,17 +92,30 @@ fn generated_programs_run_cleanly() {
             std::fs::write(&path, &src).expect("write a program");
             let o = run_dp(&path);
             let rejected = o.code == Some(1) && o.stderr.contains("type error");
-            let what = dp_fault(&o).or(if rejected { None } else { Some("an ill-typed program was not rejected") })?;
+            let Some(what) =
+                dp_fault(&o).or(if rejected { None } else { Some("an ill-typed program was not rejected") })
+            else {
+                forget(&[&path]);
+                return None;
+            };
             return Some(save_failure(dir, &name, what, &[("dp", &src)], &o));
         }
         let program = generate::Generator::new(seed(i), false, unsound).program();
         let src = dp_print::program(&program);
         std::fs::write(&path, &src).expect("write a program");
         let o = run_dp(&path);
-        let what = dp_fault(&o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })?;
+        let Some(what) = well_typed_failure(&o) else {
+            forget(&[&path]);
+            return None;
+        };
         Some(save_failure(dir, &name, &format!("{what}{}", reproduce(i)), &[("dp", &src)], &o))
     };
     finish("generated programs", run_many("full", &budget(), &check));
+}
+
+/// What is wrong with dp's run of a well-typed program, if anything.
+fn well_typed_failure(o: &Outcome) -> Option<&'static str> {
+    dp_fault(o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })
 }
 
 fn ocaml_available() -> bool {
@@ -127,9 +140,7 @@ fn generated_programs_agree_with_ocaml() {
         let o = run_dp(&dp_path);
         let files = [("dp", src.as_str()), ("ml", ml.as_str())];
         let what = reproduce(i);
-        if let Some(fault) =
-            dp_fault(&o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })
-        {
+        if let Some(fault) = well_typed_failure(&o) {
             return Some(save_failure(dir, &name, &format!("{fault}{what}"), &files, &o));
         }
         let mut cmd = Command::new("ocaml");
@@ -144,25 +155,30 @@ fn generated_programs_agree_with_ocaml() {
                 &ocaml,
             ));
         }
-        if ocaml.stdout != o.stdout {
-            let diff = first_difference(&o.stdout, &ocaml.stdout);
-            let report = Outcome {
-                stdout: o.stdout,
-                stderr: format!("{}\n--- OCaml's stdout\n{}", o.stderr, ocaml.stdout),
-                code: o.code,
-                timed_out: false,
-            };
-            return Some(save_failure(
-                dir,
-                &name,
-                &format!("dp and OCaml print differently{what}: {diff}"),
-                &files,
-                &report,
-            ));
+        if ocaml.stdout == o.stdout {
+            forget(&[&dp_path, &ml_path]);
+            return None;
         }
-        None
+        let diff = first_difference(&o.stdout, &ocaml.stdout);
+        let report = Outcome {
+            stdout: o.stdout,
+            stderr: format!("{}\n--- OCaml's stdout\n{}", o.stderr, ocaml.stdout),
+            code: o.code,
+            timed_out: false,
+        };
+        Some(save_failure(dir, &name, &format!("dp and OCaml print differently{what}: {diff}"), &files, &report))
     };
     finish("programs compared with OCaml", run_many("ocaml", &budget(), &check));
+}
+
+/// Removes a passing program's files (a long run writes hundreds of thousands), unless
+/// `DP_GEN_KEEP=1`.
+fn forget(paths: &[&Path]) {
+    if !flag("DP_GEN_KEEP") {
+        for p in paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// How to generate program `i` again, alone.

@@ -47,4 +47,11 @@ impl Rng {
         }
         weights.iter().rposition(|w| *w > 0.0).unwrap_or(0)
     }
+
+    /// Fisher–Yates.
+    pub fn shuffle<T>(&mut self, xs: &mut [T]) {
+        for i in (1..xs.len()).rev() {
+            xs.swap(i, self.below(i + 1));
+        }
+    }
 }

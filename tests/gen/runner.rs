@@ -110,7 +110,7 @@ pub fn dp_fault(o: &Outcome) -> Option<&'static str> {
     } else if o.code == Some(101) || both.contains("panicked") {
         Some("the interpreter panicked")
     } else if both.contains("internal:") || both.contains("internal error") {
-        Some("an internal error (a well-typed program went wrong)")
+        Some("an `internal:` fault (an unsound check or an interpreter bug)")
     } else if both.contains("this is a bug in dp") {
         Some("dp reported a bug in itself")
     } else if o.code.is_none() {
