@@ -115,6 +115,9 @@ fn prelude() -> Vec<(&'static str, u32, Ty)> {
         ("string_length", 0, fun(Str, Int)),
         ("join", 0, fun(Str, fun(list(Str), Str))),
         ("sort_ints", 0, fun(list(Int), list(Int))),
+        ("string_of_float", 0, fun(Float, Str)),
+        ("concat_strings", 0, fun(list(Str), Str)),
+        ("chars", 0, fun(Str, list(Str))),
     ]
 }
 
@@ -228,7 +231,11 @@ impl Generator {
             next_opaque: 0,
             effect_seen: false,
         };
-        for (name, vars, ty) in prelude() {
+        let mut builtins = prelude();
+        if !core_only {
+            builtins.push(("stop_gradient", 1, fun(Ty::Var(0), Ty::Var(0))));
+        }
+        for (name, vars, ty) in builtins {
             g.env.push(Binding {
                 name: name.into(),
                 vars,
@@ -687,7 +694,7 @@ impl Generator {
                 (Expr::Math("float", bx(n), Ty::Int), bn)
             }
             5 => {
-                let f = *self.rng.pick(&["sin", "cos", "abs", "floor", "sqrt"]);
+                let f = *self.rng.pick(&["sin", "cos", "abs", "floor", "ceil", "sqrt"]);
                 let (a, ba) = self.float_expr(sub);
                 let (a, ba) = self.bounded_float(a, ba, ADD_OPERAND);
                 match f {
@@ -744,34 +751,40 @@ impl Generator {
         let fx = if cx.fx { 0.7 } else { 0.0 };
         let dp = if self.core_only { 0.0 } else { 0.4 };
         let annot = if has_opaque(ty) { 0.0 } else { 0.2 };
+        let gradient = if self.core_only { 0.0 } else { 0.8 };
+
         for _ in 0..8 {
-            let e =
-                match self.rng.weighted(&[1.0, 3.0, 3.0, 1.0, 1.5, 0.3, 0.4, 1.2, 0.6, 0.5, 4.0, fx, dp, 0.3, annot]) {
-                    0 => Some(self.leaf(ty)),
-                    1 => self.call(ty, cx, true),
-                    2 => self.call(ty, cx, false),
-                    3 => Some(self.if_(ty, cx)),
-                    4 => Some(self.let_(ty, cx)),
-                    5 => Some(self.let_poly(ty, cx)),
-                    6 => Some(self.let_rec(ty, cx)),
-                    7 => self.match_(ty, cx),
-                    8 => self.field(ty, cx),
-                    9 => self.deref(ty, cx),
-                    10 => self.construct(ty, cx),
-                    11 => {
-                        let stmt = self.statement(cx.ordered());
-                        let rest = self.expr(ty, cx.ordered());
-                        Some(Expr::Seq(bx(stmt), bx(rest)))
-                    }
-                    12 => Some(self.shift_reset(ty, cx)),
-                    13 => {
-                        let a = self.random_type(1);
-                        let f = self.lambda(&fun(a.clone(), ty.clone()), cx.arg());
-                        let arg = self.expr(&a, cx.arg());
-                        Some(Expr::App(bx(f), vec![arg]))
-                    }
-                    _ => Some(Expr::Annot(bx(self.expr(ty, cx.arg())), ty.clone())),
-                };
+            let weights =
+                [1.0, 3.0, 3.0, 1.0, 1.5, 0.3, 0.4, 1.2, 0.6, 0.5, 4.0, fx, dp, 0.3, annot, gradient, gradient];
+            let e = match self.rng.weighted(&weights) {
+                0 => Some(self.leaf(ty)),
+                1 => self.call(ty, cx, true),
+                2 => self.call(ty, cx, false),
+                3 => Some(self.if_(ty, cx)),
+                4 => Some(self.let_(ty, cx)),
+                5 => Some(self.let_poly(ty, cx)),
+                6 => Some(self.let_rec(ty, cx)),
+                7 => self.match_(ty, cx),
+                8 => self.field(ty, cx),
+                9 => self.deref(ty, cx),
+                10 => self.construct(ty, cx),
+                11 => {
+                    let stmt = self.statement(cx.ordered());
+                    let rest = self.expr(ty, cx.ordered());
+                    Some(Expr::Seq(bx(stmt), bx(rest)))
+                }
+                12 => Some(self.shift_reset(ty, cx)),
+                15 => self.structured_gradient(ty, cx),
+                16 => self.tree_op(ty, cx),
+
+                13 => {
+                    let a = self.random_type(1);
+                    let f = self.lambda(&fun(a.clone(), ty.clone()), cx.arg());
+                    let arg = self.expr(&a, cx.arg());
+                    Some(Expr::App(bx(f), vec![arg]))
+                }
+                _ => Some(Expr::Annot(bx(self.expr(ty, cx.arg())), ty.clone())),
+            };
             if let Some(e) = e {
                 return e;
             }
@@ -1555,6 +1568,50 @@ impl Generator {
                 Expr::App(bx(Expr::Var("grad".into())), vec![f, at])
             }
         }
+    }
+
+    /// dp only: the leaf-by-leaf operations on differentiable structures (`tree_add` …).
+    fn tree_op(&mut self, ty: &Ty, cx: Cx) -> Option<Expr> {
+        // Two lists of one type may differ in length, which is an error for `tree_add`.
+        if !self.differentiable(ty) || ty.any(&|t| matches!(t, Ty::List(_))) {
+            return None;
+        }
+        let sub = cx.arg();
+        let (f, args) = match self.rng.below(4) {
+            0 => ("tree_add", vec![self.expr(ty, sub), self.expr(ty, sub)]),
+            1 => ("tree_sub", vec![self.expr(ty, sub), self.expr(ty, sub)]),
+            2 => ("tree_scale", vec![self.expr(&Ty::Float, sub), self.expr(ty, sub)]),
+            _ => ("tree_zeros", vec![self.expr(ty, sub)]),
+        };
+        Some(Expr::App(bx(Expr::Var(f.into())), args))
+    }
+
+    /// `grad` applies to Floats, Tensors and tuples, lists and records of them.
+    fn differentiable(&self, t: &Ty) -> bool {
+        match t {
+            Ty::Float | Ty::Tensor(_) => true,
+            Ty::Tuple(ts) => ts.iter().all(|t| self.differentiable(t)),
+            Ty::List(t) => self.differentiable(t),
+            Ty::Record(i) => self.records[*i].fields.iter().all(|(_, t)| self.differentiable(t)),
+            _ => false,
+        }
+    }
+
+    /// dp only: `grad f p` at a point `p` of a structured differentiable type (the gradient
+    /// has that type), or `value_and_grad f p` for a `(Float, T)`.
+    fn structured_gradient(&mut self, ty: &Ty, cx: Cx) -> Option<Expr> {
+        let (point, both) = match ty {
+            Ty::Tuple(_) | Ty::List(_) | Ty::Record(_) if self.differentiable(ty) => (ty.clone(), false),
+            _ => match ty {
+                Ty::Tuple(ts) if ts.len() == 2 && ts[0] == Ty::Float && self.differentiable(&ts[1]) => {
+                    (ts[1].clone(), true)
+                }
+                _ => return None,
+            },
+        };
+        let f = self.lambda(&fun(point.clone(), Ty::Float), Cx { depth: cx.depth.min(4), fx: false });
+        let at = self.expr(&point, cx.arg());
+        Some(Expr::App(bx(Expr::Var(if both { "value_and_grad" } else { "grad" }.into())), vec![f, at]))
     }
 
     /// dp only: `reset (fun () -> let h = shift (fun k -> …k v…) in …h…)`, lexically well typed:

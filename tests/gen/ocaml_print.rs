@@ -96,6 +96,9 @@ let iter f xs = List.iter f xs
 let min_of a b = if a <= b then a else b
 let max_of a b = if a >= b then a else b
 let int = int_of_float
+let string_of_float x = pr_float x
+let concat_strings xs = String.concat "" xs
+let chars s = List.init (String.length s) (fun i -> String.make 1 s.[i])
 "#;
 
 pub fn program(p: &Program) -> String {
