@@ -15,17 +15,16 @@
 //!   side, a sequence, a branch, a top-level item. `Cx::fx` says whether that is the case here.
 //! - **Bounded recursion.** A recursive function takes a counter first, and every call passes
 //!   a small literal there.
+//!
+//! Int and Float arithmetic (the bounds) is in `numbers`; the forms outside the subset dp shares
+//! with OCaml (AD, tensors, shift/reset) are in `dp_only`.
+
+mod dp_only;
+mod numbers;
 
 use super::ast::*;
 use super::rng::Rng;
-
-const INT_STORE: f64 = 1000.0;
-const INT_WRAP: i64 = 997;
-const FLOAT_STORE: f64 = 1e4;
-/// Operands of a multiplication are wrapped above this, so a product stays below 1e12.
-const MUL_OPERAND: f64 = 1e6;
-/// Operands of an addition are wrapped above this.
-const ADD_OPERAND: f64 = 1e12;
+use numbers::{FLOAT_STORE, INT_STORE};
 
 #[derive(Clone, Copy)]
 struct Cx {
@@ -145,7 +144,6 @@ fn poly_templates() -> Vec<(u32, Ty)> {
 }
 
 const STRINGS: &[&str] = &["", "a", "bc", "dp", "hello", "x y", "Zed", "q\"t", "back\\slash", "tab\tbed", "two\nlines"];
-const FLOATS: &[f64] = &[0.0, 0.5, 1.0, 1.5, 2.0, 2.25, 3.0, 0.1, 0.2, 0.3, 10.0, 0.75, 7.5, 100.0, 1e-3, 12.125];
 const SHAPES: &[&[usize]] = &[&[2], &[3], &[2, 2], &[2, 3], &[3, 2]];
 
 /// The parameters and final result of a curried function type.
@@ -203,14 +201,6 @@ fn has_opaque(t: &Ty) -> bool {
 
 fn is_fun(t: &Ty) -> bool {
     matches!(t, Ty::Fun(..))
-}
-
-fn power_of_ten_above(x: f64) -> f64 {
-    let mut p = 1.0;
-    while p < x {
-        p *= 10.0;
-    }
-    p
 }
 
 impl Generator {
@@ -563,186 +553,6 @@ impl Generator {
         }
     }
 
-    fn wrap_int(e: Expr, bound: f64, limit: f64) -> Expr {
-        if bound >= limit {
-            Expr::Bin(BinOp::Rem, bx(e), bx(Expr::Int(INT_WRAP)), Ty::Int)
-        } else {
-            e
-        }
-    }
-
-    fn bounded_int(e: Expr, bound: f64, limit: f64) -> (Expr, f64) {
-        if bound >= limit {
-            (Self::wrap_int(e, bound, limit), (INT_WRAP - 1) as f64)
-        } else {
-            (e, bound)
-        }
-    }
-
-    fn wrap_float(&mut self, e: Expr, bound: f64, limit: f64) -> Expr {
-        self.bounded_float(e, bound, limit).0
-    }
-
-    fn bounded_float(&mut self, e: Expr, bound: f64, limit: f64) -> (Expr, f64) {
-        // dp-only programs do not need the bound: an infinity just prints.
-        if bound > limit && self.core_only {
-            let p = power_of_ten_above(bound / limit);
-            (Expr::Bin(BinOp::Div, bx(e), bx(Expr::Float(p)), Ty::Float), bound / p)
-        } else {
-            (e, bound)
-        }
-    }
-
-    fn int_lit(&mut self) -> (Expr, f64) {
-        let n = if self.rng.chance(0.8) { self.rng.range(-3, 12) } else { self.rng.range(-999, 999) };
-        (Expr::Int(n), n.abs() as f64)
-    }
-
-    /// An Int expression and a bound on its magnitude (not yet wrapped to `INT_STORE`).
-    fn int_expr(&mut self, cx: Cx) -> (Expr, f64) {
-        if cx.depth == 0 {
-            return if self.rng.chance(0.5) { self.int_lit() } else { (self.leaf(&Ty::Int), INT_STORE - 1.0) };
-        }
-        let sub = cx.arg();
-        match self.rng.weighted(&[1.5, 3.0, 1.0, 0.3, 0.5, 0.5, 0.5, 0.4, 0.3, 5.0]) {
-            0 => self.int_lit(),
-            1 => {
-                let op = *self.rng.pick(&[BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Add]);
-                let limit = if op == BinOp::Mul { MUL_OPERAND } else { ADD_OPERAND };
-                let (a, ba) = self.int_expr(sub);
-                let (a, ba) = Self::bounded_int(a, ba, limit);
-                let (b, bb) = self.int_expr(sub);
-                let (b, bb) = Self::bounded_int(b, bb, limit);
-                let bound = if op == BinOp::Mul { ba * bb } else { ba + bb };
-                (Expr::Bin(op, bx(a), bx(b), Ty::Int), bound)
-            }
-            2 => {
-                let op = *self.rng.pick(&[BinOp::Div, BinOp::Rem]);
-                let d = *self.rng.pick(&[1, 2, 3, 5, 7, 10, -2, -3]);
-                let (a, ba) = self.int_expr(sub);
-                let (a, ba) = Self::bounded_int(a, ba, ADD_OPERAND);
-                let bound = if op == BinOp::Div { ba / (d as f64).abs() } else { ba.min((d as f64).abs()) };
-                (Expr::Bin(op, bx(a), bx(Expr::Int(d)), Ty::Int), bound)
-            }
-            3 => {
-                let (a, ba) = self.int_expr(sub);
-                (Expr::Neg(bx(a), Ty::Int), ba)
-            }
-            4 => {
-                let t = self.random_type(1);
-                let xs = self.expr(&list(t), sub);
-                (Expr::App(bx(Expr::Var("length".into())), vec![xs]), 1e6)
-            }
-            5 => {
-                let s = self.expr(&Ty::Str, sub);
-                (Expr::App(bx(Expr::Var("string_length".into())), vec![s]), 1e6)
-            }
-            6 if self.core_only => {
-                // dp-only Floats may be infinite or NaN (gradients), which `int` rejects.
-                let (x, bx_) = self.float_expr(sub);
-                let (x, bx_) = self.bounded_float(x, bx_, FLOAT_STORE);
-                (Expr::Math("int", bx(x), Ty::Float), bx_)
-            }
-            7 => {
-                let xs = self.expr(&list(Ty::Int), sub);
-                (Expr::App(bx(Expr::Var("sum_int".into())), vec![xs]), 1e9)
-            }
-            8 => {
-                let (a, ba) = self.int_expr(sub);
-                (Expr::Math("abs", bx(a), Ty::Int), ba)
-            }
-            _ => (self.general(&Ty::Int, cx), INT_STORE - 1.0),
-        }
-    }
-
-    fn float_lit(&mut self) -> (Expr, f64) {
-        let x = *self.rng.pick(FLOATS) * if self.rng.chance(0.3) { -1.0 } else { 1.0 };
-        (Expr::Float(x), x.abs())
-    }
-
-    fn float_expr(&mut self, cx: Cx) -> (Expr, f64) {
-        if cx.depth == 0 {
-            return if self.rng.chance(0.5) { self.float_lit() } else { (self.leaf(&Ty::Float), FLOAT_STORE) };
-        }
-        let sub = cx.arg();
-        let dp = if self.core_only { 0.0 } else { 1.0 };
-        match self.rng.weighted(&[1.5, 3.0, 0.8, 0.3, 0.6, 0.6, 0.3, dp, dp * 0.5, 5.0]) {
-            0 => self.float_lit(),
-            1 => {
-                let op = *self.rng.pick(&[BinOp::Add, BinOp::Sub, BinOp::Mul]);
-                let limit = if op == BinOp::Mul { MUL_OPERAND } else { ADD_OPERAND };
-                let (a, ba) = self.float_expr(sub);
-                let (a, ba) = self.bounded_float(a, ba, limit);
-                let (b, bb) = self.float_expr(sub);
-                let (b, bb) = self.bounded_float(b, bb, limit);
-                let bound = if op == BinOp::Mul { ba * bb } else { ba + bb };
-                (Expr::Bin(op, bx(a), bx(b), Ty::Float), bound)
-            }
-            2 => {
-                let d = *self.rng.pick(&[2.0, 4.0, 0.5, 10.0, 3.0, -2.0]);
-                let (a, ba) = self.float_expr(sub);
-                let (a, ba) = self.bounded_float(a, ba, ADD_OPERAND);
-                (Expr::Bin(BinOp::Div, bx(a), bx(Expr::Float(d)), Ty::Float), ba / f64::abs(d))
-            }
-            3 => {
-                let (a, ba) = self.float_expr(sub);
-                (Expr::Neg(bx(a), Ty::Float), ba)
-            }
-            4 => {
-                let (n, bn) = self.int_expr(sub);
-                let (n, bn) = Self::bounded_int(n, bn, INT_STORE);
-                (Expr::Math("float", bx(n), Ty::Int), bn)
-            }
-            5 => {
-                let f = *self.rng.pick(&["sin", "cos", "abs", "floor", "ceil", "sqrt"]);
-                let (a, ba) = self.float_expr(sub);
-                let (a, ba) = self.bounded_float(a, ba, ADD_OPERAND);
-                match f {
-                    "sin" | "cos" => (Expr::Math(f, bx(a), Ty::Float), 1.0),
-                    "sqrt" => (Expr::Math("sqrt", bx(Expr::Math("abs", bx(a), Ty::Float)), Ty::Float), ba.sqrt() + 1.0),
-                    _ => (Expr::Math(f, bx(a), Ty::Float), ba + 1.0),
-                }
-            }
-            6 => {
-                let a = self.expr(&Ty::Float, sub);
-                let b = self.expr(&Ty::Float, sub);
-                let f = if self.rng.chance(0.5) { "min_of" } else { "max_of" };
-                (Expr::App(bx(Expr::Var(f.into())), vec![a, b]), FLOAT_STORE)
-            }
-            7 => (self.derivative(cx), FLOAT_STORE),
-            8 => {
-                let shape = self.rng.pick(SHAPES).to_vec();
-                let t = self.expr(&Ty::Tensor(shape), sub);
-                let f = *self.rng.pick(&["sum", "mean"]);
-                (Expr::App(bx(Expr::Var(f.into())), vec![t]), FLOAT_STORE)
-            }
-            _ => (self.general(&Ty::Float, cx), FLOAT_STORE),
-        }
-    }
-
-    /// dp only: a Float computed by `grad`, `value_and_grad` or `jvp` of a Float function.
-    fn derivative(&mut self, cx: Cx) -> Expr {
-        let sub = cx.arg();
-        let x = self.name("x");
-        self.bind(&x, Ty::Float);
-        let body = self.expr(&Ty::Float, Cx { depth: cx.depth.saturating_sub(1).min(3), fx: false });
-        self.truncate(self.env.len() - 1);
-        let f = Expr::Fun(vec![Param { pat: Pat::Var(x), ann: Some(Ty::Float) }], bx(body));
-        let at = self.expr(&Ty::Float, sub);
-        match self.rng.below(4) {
-            0 | 1 => Expr::App(bx(Expr::Var("grad".into())), vec![f, at]),
-            2 => {
-                let vg = Expr::App(bx(Expr::Var("value_and_grad".into())), vec![f, at]);
-                Expr::App(bx(Expr::Var(if self.rng.chance(0.5) { "fst" } else { "snd" }.into())), vec![vg])
-            }
-            _ => {
-                let tangent = self.expr(&Ty::Float, sub);
-                let j = Expr::App(bx(Expr::Var("jvp".into())), vec![f, at, tangent]);
-                Expr::App(bx(Expr::Var(if self.rng.chance(0.5) { "fst" } else { "snd" }.into())), vec![j])
-            }
-        }
-    }
-
     /// Forms that work at any type, and the type-specific constructions.
     fn general(&mut self, ty: &Ty, cx: Cx) -> Expr {
         if cx.depth == 0 {
@@ -876,12 +686,6 @@ impl Generator {
     fn param(&mut self, name: String, ty: &Ty) -> Param {
         let ann = if !has_opaque(ty) && self.rng.chance(0.5) { Some(ty.clone()) } else { None };
         Param { pat: Pat::Var(name), ann }
-    }
-
-    fn tensor_lit(&mut self, shape: &[usize]) -> Expr {
-        let n: usize = shape.iter().product();
-        let xs = (0..n).map(|_| *self.rng.pick(&[0.0, 0.5, 1.0, -1.0, 2.0, 1.5, -0.25, 3.0])).collect();
-        Expr::TensorLit(shape.to_vec(), xs)
     }
 
     /// A variable of the type (`values`) or a call of a function in scope whose result, after
@@ -1517,115 +1321,5 @@ impl Generator {
             Ty::Opaque(_) => return None,
             Ty::Var(_) | Ty::Param => panic!("generator bug: construct {ty:?}"),
         })
-    }
-
-    /// dp only: tensor expressions whose shapes agree by construction.
-    fn tensor(&mut self, shape: &[usize], cx: Cx) -> Expr {
-        let sub = cx.arg();
-        let t = Ty::Tensor(shape.to_vec());
-        match self.rng.below(7) {
-            0 => self.tensor_lit(shape),
-            1 | 2 => {
-                let op = *self.rng.pick(&[BinOp::Add, BinOp::Sub, BinOp::Mul]);
-                let (a, b) = (self.expr(&t, sub), self.expr(&t, sub));
-                Expr::Bin(op, bx(a), bx(b), t)
-            }
-            3 => {
-                let mut s = self.expr(&Ty::Float, sub);
-                let mut a = self.expr(&t, sub);
-                if !self.known_bugs {
-                    s = Expr::Annot(bx(s), Ty::Float);
-                    a = Expr::Annot(bx(a), t.clone());
-                }
-                Expr::Bin(BinOp::Mul, bx(s), bx(a), t)
-            }
-            4 => {
-                // [m, k] @ [k, n] or [m, k] @ [k]
-                let k = self.rng.range(1, 3) as usize;
-                let (ls, rs) = match shape {
-                    [m, n] => (vec![*m, k], vec![k, *n]),
-                    [m] => (vec![*m, k], vec![k]),
-                    _ => unreachable!(),
-                };
-                let (a, b) = (self.expr(&Ty::Tensor(ls), sub), self.expr(&Ty::Tensor(rs), sub));
-                Expr::Bin(BinOp::MatMul, bx(a), bx(b), t)
-            }
-            5 => {
-                let f = *self.rng.pick(&["sin", "tanh", "relu", "transpose"]);
-                let arg_shape: Vec<usize> =
-                    if f == "transpose" { shape.iter().rev().copied().collect() } else { shape.to_vec() };
-                let a = self.expr(&Ty::Tensor(arg_shape), sub);
-                Expr::App(bx(Expr::Var(f.into())), vec![a])
-            }
-            _ => {
-                // The gradient of a Float function of a tensor has the tensor's shape.
-                let x = self.name("x");
-                self.bind(&x, t.clone());
-                let body = self.expr(&Ty::Float, Cx { depth: cx.depth.saturating_sub(1).min(3), fx: false });
-                self.truncate(self.env.len() - 1);
-                let f = Expr::Fun(vec![Param { pat: Pat::Var(x), ann: None }], bx(body));
-                let at = self.expr(&t, sub);
-                Expr::App(bx(Expr::Var("grad".into())), vec![f, at])
-            }
-        }
-    }
-
-    /// dp only: the leaf-by-leaf operations on differentiable structures (`tree_add` …).
-    fn tree_op(&mut self, ty: &Ty, cx: Cx) -> Option<Expr> {
-        // Two lists of one type may differ in length, which is an error for `tree_add`.
-        if !self.differentiable(ty) || ty.any(&|t| matches!(t, Ty::List(_))) {
-            return None;
-        }
-        let sub = cx.arg();
-        let (f, args) = match self.rng.below(4) {
-            0 => ("tree_add", vec![self.expr(ty, sub), self.expr(ty, sub)]),
-            1 => ("tree_sub", vec![self.expr(ty, sub), self.expr(ty, sub)]),
-            2 => ("tree_scale", vec![self.expr(&Ty::Float, sub), self.expr(ty, sub)]),
-            _ => ("tree_zeros", vec![self.expr(ty, sub)]),
-        };
-        Some(Expr::App(bx(Expr::Var(f.into())), args))
-    }
-
-    /// `grad` applies to Floats, Tensors and tuples, lists and records of them.
-    fn differentiable(&self, t: &Ty) -> bool {
-        match t {
-            Ty::Float | Ty::Tensor(_) => true,
-            Ty::Tuple(ts) => ts.iter().all(|t| self.differentiable(t)),
-            Ty::List(t) => self.differentiable(t),
-            Ty::Record(i) => self.records[*i].fields.iter().all(|(_, t)| self.differentiable(t)),
-            _ => false,
-        }
-    }
-
-    /// dp only: `grad f p` at a point `p` of a structured differentiable type (the gradient
-    /// has that type), or `value_and_grad f p` for a `(Float, T)`.
-    fn structured_gradient(&mut self, ty: &Ty, cx: Cx) -> Option<Expr> {
-        let (point, both) = match ty {
-            Ty::Tuple(_) | Ty::List(_) | Ty::Record(_) if self.differentiable(ty) => (ty.clone(), false),
-            _ => match ty {
-                Ty::Tuple(ts) if ts.len() == 2 && ts[0] == Ty::Float && self.differentiable(&ts[1]) => {
-                    (ts[1].clone(), true)
-                }
-                _ => return None,
-            },
-        };
-        let f = self.lambda(&fun(point.clone(), Ty::Float), Cx { depth: cx.depth.min(4), fx: false });
-        let at = self.expr(&point, cx.arg());
-        Some(Expr::App(bx(Expr::Var(if both { "value_and_grad" } else { "grad" }.into())), vec![f, at]))
-    }
-
-    /// dp only: `reset (fun () -> let h = shift (fun k -> …k v…) in …h…)`, lexically well typed:
-    /// the shift's body and the rest of the reset both have the reset's type.
-    fn shift_reset(&mut self, ty: &Ty, cx: Cx) -> Expr {
-        let hole = self.random_type(1);
-        let (k, h) = (self.name("k"), self.name("h"));
-        let sub = Cx { depth: cx.depth.saturating_sub(1), fx: false };
-        self.bind(&k, fun(hole.clone(), ty.clone()));
-        let body = self.expr(ty, sub);
-        self.truncate(self.env.len() - 1);
-        self.bind(&h, hole);
-        let rest = self.expr(ty, sub);
-        self.truncate(self.env.len() - 1);
-        Expr::Reset(bx(Expr::Let(Pat::Var(h), bx(Expr::Shift(k, bx(body))), bx(rest))))
     }
 }
