@@ -118,6 +118,16 @@ fn well_typed_failure(o: &Outcome) -> Option<&'static str> {
     dp_fault(o).or(if o.code != Some(0) { Some("dp failed on a well-typed program") } else { None })
 }
 
+/// Compiles the OCaml side's prelude once; returns the path of `prelude.cmo`.
+fn compile_ocaml_prelude(dir: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).expect("create the OCaml prelude's directory");
+    std::fs::write(dir.join("prelude.ml"), ocaml_print::PRELUDE).expect("write the OCaml prelude");
+    let out = Command::new("ocamlc").arg("-w").arg("-a").arg("-c").arg("prelude.ml").current_dir(dir).output();
+    let out = out.expect("run ocamlc (it comes with ocaml)");
+    assert!(out.status.success(), "the OCaml prelude does not compile:\n{}", String::from_utf8_lossy(&out.stderr));
+    dir.join("prelude.cmo")
+}
+
 fn ocaml_available() -> bool {
     Command::new("ocaml").arg("-version").output().is_ok_and(|o| o.status.success())
 }
@@ -130,21 +140,24 @@ fn generated_programs_agree_with_ocaml() {
         eprintln!("note: `ocaml` not found; skipping the differential test against OCaml (install ocaml-nox)");
         return;
     }
+    let prelude_dir = std::env::temp_dir().join(format!("dp-gen-ocaml-prelude-{}", std::process::id()));
+    let prelude = compile_ocaml_prelude(&prelude_dir);
     let check = |i: usize, dir: &Path| -> Option<String> {
         let name = format!("core{i}");
         let program = generate::Generator::new(seed(i), true, false).program();
         let (src, ml) = (dp_print::program(&program), ocaml_print::program(&program));
+        let standalone = ocaml_print::standalone(&ml);
         let (dp_path, ml_path) = (dir.join(format!("{name}.dp")), dir.join(format!("{name}.ml")));
         std::fs::write(&dp_path, &src).expect("write a program");
         std::fs::write(&ml_path, &ml).expect("write a program");
         let o = run_dp(&dp_path);
-        let files = [("dp", src.as_str()), ("ml", ml.as_str())];
+        let files = [("dp", src.as_str()), ("ml", standalone.as_str())];
         let what = reproduce(i);
         if let Some(fault) = well_typed_failure(&o) {
             return Some(save_failure(dir, &name, &format!("{fault}{what}"), &files, &o));
         }
         let mut cmd = Command::new("ocaml");
-        cmd.arg("-w").arg("-a").arg(&ml_path);
+        cmd.arg("-w").arg("-a").arg("-I").arg(&prelude_dir).arg(&prelude).arg(&ml_path);
         let ocaml = run_with_timeout(cmd, TIME_LIMIT);
         if ocaml.code != Some(0) {
             return Some(save_failure(
@@ -168,7 +181,9 @@ fn generated_programs_agree_with_ocaml() {
         };
         Some(save_failure(dir, &name, &format!("dp and OCaml print differently{what}: {diff}"), &files, &report))
     };
-    finish("programs compared with OCaml", run_many("ocaml", &budget(), &check));
+    let summary = run_many("ocaml", &budget(), &check);
+    let _ = std::fs::remove_dir_all(&prelude_dir);
+    finish("programs compared with OCaml", summary);
 }
 
 /// Removes a passing program's files (a long run writes hundreds of thousands), unless

@@ -5,7 +5,9 @@
 use super::ast::*;
 use super::dp_print::{float_lit, string_lit};
 
-const PRELUDE: &str = r#"
+/// Compiled once per test run into `prelude.cmo` (module `Prelude`), which each program opens:
+/// typing it is most of the toplevel's time on a program.
+pub const PRELUDE: &str = r#"
 (* dp prints a constructor's or a ref's argument in parentheses unless it is one token. *)
 let paren_arg s =
   let n = String.length s in
@@ -101,8 +103,11 @@ let concat_strings xs = String.concat "" xs
 let chars s = List.init (String.length s) (fun i -> String.make 1 s.[i])
 "#;
 
+const OPEN: &str = "open Prelude\n";
+
+/// The program, opening the compiled `Prelude` (run as `ocaml prelude.cmo FILE`).
 pub fn program(p: &Program) -> String {
-    let mut out = String::from(PRELUDE);
+    let mut out = String::from(OPEN);
     // All declared types in one recursive group: variants may refer to records and back.
     let mut decls = Vec::new();
     for (i, v) in p.variants.iter().enumerate() {
@@ -162,6 +167,11 @@ pub fn program(p: &Program) -> String {
         }
     }
     out
+}
+
+/// The program with the prelude's text in place of `open Prelude`: one file that runs alone.
+pub fn standalone(program: &str) -> String {
+    format!("{PRELUDE}{}", program.strip_prefix(OPEN).unwrap_or(program))
 }
 
 fn ty(t: &Ty) -> String {
