@@ -2,6 +2,10 @@
 //! `// out: line` (stdout, in order), `// error: text` (fails; stderr contains text),
 //! `// warning: text`, `// exit: n`, `// args: a b`, `// expect: ok`. Examples under
 //! `examples/` are compared with `tests/programs/examples/NAME.expected`.
+//!
+//! An `internal:` fault in a program's output fails its test whatever the header expects (a
+//! type-checked program never reaches one): `// allow-internal: reason` is the only way out, and
+//! no program uses it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,10 +61,18 @@ struct Expect {
     warnings: Vec<String>,
     exit: Option<i32>,
     args: Vec<String>,
+    allow_internal: bool,
 }
 
 fn parse_header(text: &str) -> Expect {
-    let mut e = Expect { out: Vec::new(), errors: Vec::new(), warnings: Vec::new(), exit: None, args: Vec::new() };
+    let mut e = Expect {
+        out: Vec::new(),
+        errors: Vec::new(),
+        warnings: Vec::new(),
+        exit: None,
+        args: Vec::new(),
+        allow_internal: false,
+    };
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("//") else {
             if line.trim().is_empty() {
@@ -79,6 +91,8 @@ fn parse_header(text: &str) -> Expect {
             e.exit = v.trim().parse().ok();
         } else if let Some(v) = rest.strip_prefix("args:") {
             e.args = v.split_whitespace().map(String::from).collect();
+        } else if rest.starts_with("allow-internal:") {
+            e.allow_internal = true;
         }
     }
     e
@@ -94,6 +108,9 @@ fn check_program(path: &Path) -> Result<(), String> {
     let mut problems = Vec::new();
     if stderr.contains("internal error") || stderr.contains("panicked") {
         problems.push("the interpreter panicked".to_string());
+    }
+    if !exp.allow_internal && has_internal_fault(&stdout, &stderr) {
+        problems.push("an `internal:` fault: a checked program went wrong (a bug in dp)".to_string());
     }
     if !exp.errors.is_empty() {
         if code == 0 {
@@ -130,6 +147,11 @@ fn check_program(path: &Path) -> Result<(), String> {
     } else {
         Err(format!("{}:\n  {}\n  stderr: {}", path.display(), problems.join("\n  "), stderr.trim_end()))
     }
+}
+
+/// dp's marker for a fault that only an unsound type check or an interpreter bug can reach.
+pub fn has_internal_fault(stdout: &str, stderr: &str) -> bool {
+    stdout.contains("internal:") || stderr.contains("internal:")
 }
 
 fn run_all(paths: Vec<PathBuf>, check: fn(&Path) -> Result<(), String>) -> Vec<String> {
@@ -188,6 +210,16 @@ fn line_matches(expected: &str, got: &str) -> bool {
 }
 
 #[test]
+fn internal_faults_are_recognised() {
+    assert!(has_internal_fault("", "Error: run-time error: internal: expected an Int, got String"));
+    assert!(has_internal_fault("internal: x", ""));
+    assert!(!has_internal_fault("an internal detail", "Error: run-time error: division by zero"));
+    let e = parse_header("// error: type mismatch\n// allow-internal: a reason\nlet x = 1\n");
+    assert!(e.allow_internal && e.errors == ["type mismatch"]);
+    assert!(!parse_header("// out: 1\nprintln 1\n").allow_internal);
+}
+
+#[test]
 fn expected_output_placeholders() {
     assert!(line_matches("step 50  loss <number>", "step 50  loss 36.406"));
     assert!(line_matches("a <number> b <number>", "a -1e-3 b 2"));
@@ -204,8 +236,12 @@ fn check_example(path: &Path) -> Result<(), String> {
     let expected = std::fs::read_to_string(&expected_path).map_err(|e| format!("{}: {e}", expected_path.display()))?;
     let output = dp().arg("run").arg(path).output().map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if has_internal_fault(&stdout, &stderr) {
+        return Err(format!("{}: an `internal:` fault (a bug in dp):\n{}", path.display(), stderr.trim_end()));
+    }
     if !output.status.success() {
-        return Err(format!("{} failed:\n{}", path.display(), String::from_utf8_lossy(&output.stderr)));
+        return Err(format!("{} failed:\n{}", path.display(), stderr));
     }
     if !output_matches(expected.trim_end(), stdout.trim_end()) {
         return Err(format!(

@@ -2,6 +2,7 @@
 
 mod ad;
 mod editors;
+mod gen;
 mod golden;
 mod gpu;
 mod lsp;
