@@ -1,8 +1,7 @@
-//! Programs a sound checker must reject, built on the soundness holes known when this
-//! generator was written. They are not well typed, so they are generated only with
-//! `DP_GEN_UNSOUND_PATTERNS=1`, and the check for them is the converse of the others': dp
-//! must report a type error before running anything (today it runs them, and they reach
-//! `internal:` faults or print values of the wrong type).
+//! Programs a sound checker must reject, built on the soundness holes the checker had before
+//! the "types you can trust" work (they ran, and reached `internal:` faults or printed values
+//! of the wrong type). They are not well typed, so the check for them is the converse of the
+//! others': dp must report a type error before running anything.
 //!
 //! - the value restriction through closures: `let log = ref []` and a closure pushing to it;
 //! - declared types identified by name: two `type T`s, a user `Option`;

@@ -69,8 +69,6 @@ impl Binding {
 pub struct Generator {
     rng: Rng,
     core_only: bool,
-    /// Also generate well-typed patterns dp is known to reject (see `new`).
-    known_bugs: bool,
     variants: Vec<VariantDecl>,
     records: Vec<RecordDecl>,
     env: Vec<Binding>,
@@ -205,14 +203,10 @@ fn is_fun(t: &Ty) -> bool {
 
 impl Generator {
     /// `core_only`: only the language OCaml shares (no AD, tensors, shift/reset).
-    /// `known_bugs`: also write `s * t` (a Float times a Tensor) with operand types the checker
-    /// learns only later, which dp rejects today (it fixes the operation's type where it meets
-    /// it; LANGUAGE.md asks for principal types, independent of inference order).
-    pub fn new(seed: u64, core_only: bool, known_bugs: bool) -> Generator {
+    pub fn new(seed: u64, core_only: bool) -> Generator {
         let mut g = Generator {
             rng: Rng::new(seed),
             core_only,
-            known_bugs,
             variants: Vec::new(),
             records: Vec::new(),
             env: Vec::new(),
