@@ -1764,7 +1764,7 @@ impl Checker {
 
 /// The first `Name/2`-style identity (a later declaration of a type name) in a rendered type.
 fn shadowed_type_name(shown: &str) -> Option<String> {
-    let i = shown.find(|c: char| c == '/')?;
+    let i = shown.find('/')?;
     let start = shown[..i].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |j| j + 1);
     let end = shown[i + 1..].find(|c: char| !c.is_ascii_digit()).map_or(shown.len(), |j| i + 1 + j);
     Some(shown[start..end].to_string())
