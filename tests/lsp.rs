@@ -239,7 +239,7 @@ fn lsp_every_error_and_hover_around_them() {
     // Hover still works around the errors, and shows a polymorphic type's constraints.
     let h = c.at("textDocument/hover", &u, 4, 9);
     let shown = h["contents"]["value"].as_str().unwrap();
-    assert!(shown.contains("sgd : (Real a, Real b, Real c, Broadcast a b c) => a -> b -> c"), "{h}");
+    assert!(shown.contains("sgd : (Real a, Real b, Broadcast a b c) => a -> b -> c"), "{h}");
     assert_eq!(c.finish(), 0);
 }
 

@@ -99,6 +99,10 @@ pub struct Checker {
     /// The answer type of the context being checked: what the nearest `reset` around the
     /// running code produces (a variable where nothing constrains it).
     answer: Ty,
+    /// Whether the code being checked runs at the top level of an item (in no function body):
+    /// no `reset` can be around it there (a `shift` is a located run-time error), so a call
+    /// there constrains no answer type.
+    at_top: bool,
     /// Names of the non-recursive `let`s whose right-hand sides are being checked (for the
     /// `let rec` hint).
     defining: Vec<Rc<str>>,
@@ -197,6 +201,7 @@ impl Default for Checker {
             modules: Vec::new(),
             warnings: Vec::new(),
             answer: Ty::unit(),
+            at_top: true,
             in_declaration: false,
             defining: Vec::new(),
             tyvars: HashMap::new(),
@@ -693,6 +698,7 @@ impl Checker {
         // A top-level item runs under no `reset` of the program's (a `shift` there is a
         // run-time error), so its answer type is unconstrained.
         self.answer = self.fresh();
+        self.at_top = true;
         let mut defined = Vec::new();
         let mut expr_type = None;
         let code = match &item.kind {
@@ -869,6 +875,7 @@ impl Checker {
         self.tyvars.clear();
         self.level = 1;
         self.answer = self.fresh();
+        self.at_top = true;
         let r = self.infer(e);
         self.level = 0;
         let (_, t) = r?;
@@ -1326,7 +1333,8 @@ impl Checker {
                 continue;
             }
             let r = self.fresh();
-            let want = Ty::fun(ta.clone(), r.clone(), self.answer.clone());
+            let answer = if self.at_top { self.fresh() } else { self.answer.clone() };
+            let want = Ty::fun(ta.clone(), r.clone(), answer);
             if let Err(e) = self.subst.unify(&fpruned, &want) {
                 let shown = self.show(&fpruned);
                 if matches!(fpruned, Ty::Var(_)) {
@@ -1372,6 +1380,9 @@ impl Checker {
     /// A call runs the callee's body in the current context: the answer type the callee's
     /// `shift`s expect must be the one the `reset` around this call produces.
     fn unify_answer(&mut self, callee: &Ty, head: &Expr, sp: Span) -> R<()> {
+        if self.at_top {
+            return Ok(());
+        }
         let here = self.answer.clone();
         self.subst.unify(callee, &here).map_err(|e| {
             let mut p = Printer::default();
@@ -1547,8 +1558,10 @@ impl Checker {
         // types are free.
         let body_answer = self.fresh();
         let outer_answer = std::mem::replace(&mut self.answer, body_answer.clone());
+        let outer_top = std::mem::replace(&mut self.at_top, false);
         let r = self.infer(body);
         self.answer = outer_answer;
+        self.at_top = outer_top;
         self.pop_to(m);
         let ctx = self.funs.pop().unwrap();
         let (mut cbody, tbody) = r?;

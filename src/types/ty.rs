@@ -706,11 +706,18 @@ impl Printer {
             i += 1;
         }
         let in_broadcast = |v: u32| shown.iter().any(|(a, b, c)| [a, b, c].iter().any(|t| **t == Ty::Var(v)));
+        let real = |t: &Ty| match t {
+            Ty::Var(v) => s.class_of(*v) & class::REAL != 0,
+            _ => true,
+        };
+        // `Broadcast a b c` with a real operand has a real result: `Real c` goes unsaid.
+        let real_result = |v: u32| shown.iter().any(|(a, b, c)| *c == Ty::Var(v) && (real(a) || real(b)));
         let mut constraints = Vec::new();
         for &v in &vars {
             let c = s.class_of(v);
             for k in class::ALL {
                 let implied = (k == class::NUM && (c & class::REAL != 0 || in_broadcast(v)))
+                    || (k == class::REAL && real_result(v))
                     || (k == class::DIFF && c & class::REAL != 0 && c & class::NUM != 0);
                 if c & k != 0 && !implied {
                     constraints.push(format!("{} {}", class::name(k), self.var_name(s, v)));

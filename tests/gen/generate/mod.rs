@@ -59,6 +59,11 @@ struct Binding {
 }
 
 impl Binding {
+    /// A visible, monomorphic top-level name.
+    fn top_level(name: String, ty: Ty, effectful: bool) -> Binding {
+        Binding { name, vars: 0, ty, effectful, counter: false, hidden: false, shadows: None }
+    }
+
     /// Visible, monomorphic, and usable anywhere by name (not a counter-bounded recursion,
     /// not a function with effects).
     fn plain(&self) -> bool {
@@ -358,30 +363,14 @@ impl Generator {
                 let ty = self.random_type(2);
                 let name = self.name("g");
                 let (e, effectful) = self.let_rhs(&ty, cx);
-                self.push(Binding {
-                    name: name.clone(),
-                    vars: 0,
-                    ty,
-                    effectful,
-                    counter: false,
-                    hidden: false,
-                    shadows: None,
-                });
+                self.push(Binding::top_level(name.clone(), ty, effectful));
                 items.push(Item::Let(Pat::Var(name), e));
             }
             1 => {
                 let ty = self.fun_type();
                 let name = self.name("gf");
                 let (e, effectful) = self.tracking(|g| g.lambda(&ty, cx));
-                self.push(Binding {
-                    name: name.clone(),
-                    vars: 0,
-                    ty,
-                    effectful,
-                    counter: false,
-                    hidden: false,
-                    shadows: None,
-                });
+                self.push(Binding::top_level(name.clone(), ty, effectful));
                 items.push(Item::Let(Pat::Var(name), e));
             }
             2 => {
