@@ -4,6 +4,7 @@ mod ad;
 mod editors;
 mod golden;
 mod gpu;
+mod layers;
 mod lsp;
 mod repl;
 mod run;

@@ -2,12 +2,12 @@
 //! are Floats and Tensors — so optimisers in `stdlib/optim.dp` work on any parameter shape.
 //! Leaves combine with the machine's own arithmetic (so these are differentiable too).
 
-use crate::ad::{self, map_leaves, zip_leaves};
+use crate::ad::{self, map_leaves, tensor as ops, zip_leaves};
 use crate::builtins::B;
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::Value;
-use crate::tensor::ops::{self, TOp};
+use crate::tensor::{TOp, Un};
 
 fn float(v: &Value) -> FResult<f64> {
     match ad::strip(v) {
@@ -17,7 +17,7 @@ fn float(v: &Value) -> FResult<f64> {
 }
 
 fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
-    ad::apply_un(m, crate::ad::rules::Un::Sqrt, v)
+    ad::apply_un(m, Un::Sqrt, v)
 }
 
 fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {

@@ -1,17 +1,13 @@
 //! The tensor builtins of LANGUAGE.md "Tensors": construction, shape operations, reductions,
-//! conversions. Differentiable ones go through `ops::call`.
+//! conversions. Differentiable ones go through `ad::tensor::call`.
 
-use super::ops::{self, TOp};
-use super::{fmt_shape, gpu, npy, Device, Rng, Tensor};
-use crate::ad;
+use crate::ad::{self, tensor as ops};
 use crate::builtins::B;
 use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::tensor::wrap;
 use crate::eval::value::Value;
+use crate::tensor::{fmt_shape, gpu, npy, Device, Rng, TOp, Tensor};
 use std::rc::Rc;
-
-fn wrap(t: Tensor) -> Value {
-    Value::Tensor(Rc::new(t))
-}
 
 /// A new tensor, on the default device (`--device`).
 fn new(t: Tensor) -> FResult<Value> {
@@ -197,11 +193,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Argmax => {
             let t = plain_tensor(&arg())?;
-            let best = match t.gpu() {
-                Some(g) => super::gpu::kernels::argmax_index(g).map_err(Fault::new)?,
-                None => ops::argmax(&t),
-            };
-            match best {
+            match t.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
             }
