@@ -36,8 +36,15 @@ pub fn forward(op: &TOp, args: &[Value]) -> FResult<Value> {
         }
         _ => {}
     }
-    let ts = args.iter().map(tensor_of).collect::<FResult<Vec<_>>>()?;
-    Ok(match ops::forward(op, &ts)? {
+    // The operands as tensors, on the stack for the usual one to three (no allocation per op).
+    let t = |i: usize| tensor_of(&args[i]);
+    let out = match args.len() {
+        1 => ops::forward(op, &[t(0)?]),
+        2 => ops::forward(op, &[t(0)?, t(1)?]),
+        3 => ops::forward(op, &[t(0)?, t(1)?, t(2)?]),
+        _ => ops::forward(op, &args.iter().map(tensor_of).collect::<FResult<Vec<_>>>()?),
+    };
+    Ok(match out? {
         Out::Tensor(t) => wrap(t),
         Out::Float(x) => Value::Float(x),
     })

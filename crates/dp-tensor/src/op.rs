@@ -154,16 +154,33 @@ fn check_axis(shape: &[usize], axis: usize, what: &str) -> TResult<()> {
     Ok(())
 }
 
+/// What a shape rule reads: anything with a shape (a tensor, or a bare shape).
+pub trait Shaped {
+    fn dims(&self) -> &[usize];
+}
+
+impl Shaped for [usize] {
+    fn dims(&self) -> &[usize] {
+        self
+    }
+}
+
+impl Shaped for crate::Tensor {
+    fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+}
+
 impl TOp {
     /// The shape rule: the conditions an operation puts on its operands' shapes, with the
     /// errors a program sees when they fail. `ops::forward` checks it once, before either
     /// device runs, so the two backends cannot disagree on what is an error or on its words.
     /// (The adjoint operations' operands come from the rules, so their checks are internal.)
-    pub fn check(&self, shapes: &[&[usize]]) -> TResult<()> {
+    pub fn check<S: Shaped + ?Sized>(&self, operands: &[&S]) -> TResult<()> {
         let s0 = || {
-            shapes
+            operands
                 .first()
-                .copied()
+                .map(|s| s.dims())
                 .ok_or_else(|| TensorError::new(format!("internal: {} without operands", self.name())))
         };
         let need_nonempty = |what: &str| -> TResult<()> {
@@ -174,7 +191,7 @@ impl TOp {
         };
         match self {
             TOp::MatMul => {
-                let (xs, ys) = (s0()?, shapes.get(1).copied().unwrap_or(&[]));
+                let (xs, ys) = (s0()?, operands.get(1).map_or(&[][..], |s| s.dims()));
                 if !(1..=2).contains(&xs.len()) || !(1..=2).contains(&ys.len()) {
                     return Err(TensorError::new(format!(
                         "`@` multiplies matrices and vectors; got shapes {} and {}",
@@ -240,16 +257,18 @@ impl TOp {
                 }
             }
             TOp::Concat(axis) => {
-                let Some(first) = shapes.first() else { return Err(TensorError::new("concat of an empty list")) };
+                let Some(first) = operands.first().map(|s| s.dims()) else {
+                    return Err(TensorError::new("concat of an empty list"));
+                };
                 check_axis(first, *axis, "concat")?;
-                let agree = shapes.iter().all(|s| {
+                let agree = operands.iter().map(|s| s.dims()).all(|s| {
                     s.len() == first.len()
                         && s.iter().zip(first.iter()).enumerate().all(|(d, (p, q))| d == *axis || p == q)
                 });
                 if !agree {
                     return Err(TensorError::new(format!(
                         "concat along axis {axis}: shapes {} do not agree on the other axes",
-                        shapes.iter().map(|s| fmt_shape(s)).collect::<Vec<_>>().join(", ")
+                        operands.iter().map(|s| fmt_shape(s.dims())).collect::<Vec<_>>().join(", ")
                     )));
                 }
             }
@@ -264,7 +283,7 @@ impl TOp {
                 }
             }
             TOp::Conv2d | TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
-                conv_dims(s0()?, shapes.get(1).copied().unwrap_or(&[]))?;
+                conv_dims(s0()?, operands.get(1).map_or(&[][..], |s| s.dims()))?;
             }
             TOp::MaxPool2d(k) | TOp::MaxPool2dGrad(k) | TOp::MaxPool2dPick(k) => {
                 let s = s0()?;
@@ -338,6 +357,10 @@ pub fn conv_dims(x: &[usize], k: &[usize]) -> TResult<ConvDims> {
 mod tests {
     use super::*;
 
+    fn fits(op: TOp, shapes: &[&[usize]]) -> bool {
+        op.check(shapes).is_ok()
+    }
+
     fn err(op: TOp, shapes: &[&[usize]]) -> String {
         op.check(shapes).expect_err("the rule should fail").msg
     }
@@ -352,7 +375,7 @@ mod tests {
 
     #[test]
     fn shape_rules_accept_what_fits_and_say_why_not() {
-        assert!(TOp::MatMul.check(&[&[2, 3], &[3]]).is_ok());
+        assert!(fits(TOp::MatMul, &[&[2, 3], &[3]]));
         assert_eq!(
             err(TOp::MatMul, &[&[2, 3], &[2]]),
             "matrix product of shapes [2, 3] and [2]: inner dimensions differ"
@@ -361,7 +384,7 @@ mod tests {
             err(TOp::MatMul, &[&[2, 3, 4], &[4]]),
             "`@` multiplies matrices and vectors; got shapes [2, 3, 4] and [4]"
         );
-        assert!(TOp::Concat(0).check(&[&[2, 3], &[1, 3]]).is_ok());
+        assert!(fits(TOp::Concat(0), &[&[2, 3], &[1, 3]]));
         assert_eq!(
             err(TOp::Concat(0), &[&[2, 3], &[1, 4]]),
             "concat along axis 0: shapes [2, 3], [1, 4] do not agree on the other axes"
@@ -372,9 +395,9 @@ mod tests {
             "cannot reshape a tensor of shape [2, 3] (6 elements) to [4] (4 elements)"
         );
         assert_eq!(err(TOp::Mean, &[&[0]]), "mean of an empty tensor");
-        assert!(TOp::MaxPool2d(2).check(&[&[1, 1, 4, 4]]).is_ok());
-        assert!(TOp::MaxPool2d(0).check(&[&[1, 1, 4, 4]]).is_err());
-        assert!(TOp::Conv2d.check(&[&[1, 2, 5, 5], &[3, 2, 3, 3]]).is_ok());
-        assert!(TOp::Conv2d.check(&[&[1, 2, 5, 5], &[3, 1, 3, 3]]).is_err());
+        assert!(fits(TOp::MaxPool2d(2), &[&[1, 1, 4, 4]]));
+        assert!(!fits(TOp::MaxPool2d(0), &[&[1, 1, 4, 4]]));
+        assert!(fits(TOp::Conv2d, &[&[1, 2, 5, 5], &[3, 2, 3, 3]]));
+        assert!(!fits(TOp::Conv2d, &[&[1, 2, 5, 5], &[3, 1, 3, 3]]));
     }
 }

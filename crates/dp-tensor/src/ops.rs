@@ -7,6 +7,7 @@
 use crate::cpu::elementwise;
 use crate::op::{Bin, TOp};
 use crate::{gpu, Device, TResult, Tensor, TensorError};
+use ndarray::ArrayD;
 use std::rc::Rc;
 
 /// What an operation gives: a tensor, or a Float for the reductions to one number.
@@ -18,6 +19,8 @@ pub enum Out {
 /// The operations of one device's storage. Shapes have passed `TOp::check` before any of
 /// these run; what a method still checks is internal.
 pub trait Backend: Sized {
+    /// This device's storage of `t`, if it lives here.
+    fn of(t: &Tensor) -> Option<&Self>;
     fn into_tensor(self) -> Tensor;
     fn shape(&self) -> &[usize];
     fn matmul(&self, b: &Self) -> TResult<Self>;
@@ -63,13 +66,11 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
     if gpu && args.iter().any(|t| !t.is_gpu()) {
         return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
     }
-    op.check(&args.iter().map(|t| t.shape()).collect::<Vec<_>>())?;
+    op.check(args)?;
     if gpu {
-        let gs: Vec<_> = args.iter().filter_map(|t| t.gpu()).collect();
-        apply(op, &gs)
+        apply::<gpu::GpuTensor>(op, args)
     } else {
-        let cs: Vec<_> = args.iter().filter_map(|t| t.cpu()).collect();
-        apply(op, &cs)
+        apply::<ArrayD<f32>>(op, args)
     }
 }
 
@@ -79,11 +80,13 @@ pub fn mixed_devices(what: &str, a: Device, b: Device) -> TensorError {
         .help("move one with `to_device \"gpu\" t` or `to_device \"cpu\" t`")
 }
 
-/// Each operation, defined once in terms of `Backend`.
-fn apply<B: Backend>(op: &TOp, args: &[&B]) -> TResult<Out> {
+/// Each operation, defined once in terms of `Backend`, on operands all stored on `B`'s device.
+/// (Operands are read through `B::of` rather than collected: the small tensor operations of a
+/// recursive model are dominated by such per-call costs.)
+fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
     let arg = |i: usize| -> TResult<&B> {
         args.get(i)
-            .copied()
+            .and_then(|t| B::of(t))
             .ok_or_else(|| TensorError::new(format!("internal: {} expects a tensor operand {i}", op.name())))
     };
     let x = arg(0)?;
@@ -107,7 +110,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&B]) -> TResult<Out> {
         TOp::ScatterRow(i, shape) => t(x.scatter_row(*i, shape)?),
         TOp::Softmax => t(x.softmax(false)?),
         TOp::LogSoftmax => t(x.softmax(true)?),
-        TOp::Concat(axis) => t(B::concat(args, *axis)?),
+        TOp::Concat(axis) => t(B::concat(&(0..args.len()).map(arg).collect::<TResult<Vec<_>>>()?, *axis)?),
         TOp::Slice(axis, lo, hi) => t(x.slice(*axis, *lo, *hi)?),
         TOp::Unslice(axis, lo, shape) => t(x.unslice(*axis, *lo, shape)?),
         TOp::Step => t(x.step()?),
@@ -125,6 +128,8 @@ fn apply<B: Backend>(op: &TOp, args: &[&B]) -> TResult<Out> {
 
 /// `a op b` with NumPy broadcasting, on the operands' device. The operands come by value: a
 /// CPU tensor only this call holds is overwritten with the result (`cpu::elementwise`).
+/// (`#[inline]`: arithmetic on small tensors is per-call overhead, and this is a thin layer.)
+#[inline]
 pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
     match (a.gpu(), b.gpu()) {
         (None, None) => elementwise::binary(op, a, b),
@@ -135,6 +140,7 @@ pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
 
 /// `t op s`, or `s op t` when `scalar_left`, on t's device (in place when only this call holds
 /// a CPU `t`).
+#[inline]
 pub fn binary_scalar(op: Bin, t: Rc<Tensor>, s: f32, scalar_left: bool) -> TResult<Tensor> {
     match t.gpu() {
         None => Ok(elementwise::with_scalar(op, t, s, scalar_left)),
@@ -185,5 +191,31 @@ mod tests {
         let r = binary_scalar(Bin::Mul, a, 3.0, false).unwrap();
         assert_eq!(r.data(), vec![3.0, 6.0]);
         assert_eq!(r.array().as_ptr(), ptr);
+    }
+
+    #[test]
+    fn both_devices_reject_the_same_shapes_in_the_same_words() {
+        if gpu::context().is_err() {
+            eprintln!("no GPU adapter: the CPU side of the comparison only");
+            return;
+        }
+        let x = t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let g = x.to_device(Device::Gpu).unwrap();
+        let cases = [
+            TOp::MeanAxis(2),
+            TOp::SumAxis(2),
+            TOp::Row(5),
+            TOp::Slice(1, 2, 9),
+            TOp::Reshape(vec![4]),
+            TOp::MaxPool2d(2),
+            TOp::Item,
+        ];
+        for op in cases {
+            let on = |t: &Tensor| forward(&op, &[t]).err().map(|e| e.msg);
+            assert_eq!(on(&x), on(&g), "{op:?}");
+            assert!(on(&g).is_some(), "{op:?} should fail");
+        }
+        let e = forward(&TOp::MatMul, &[&g, &t(&[3], &[1.0; 3])]).err().expect("mixed devices");
+        assert_eq!(e.msg, "`@`: the operands are on two devices (gpu and cpu)");
     }
 }

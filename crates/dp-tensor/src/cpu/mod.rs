@@ -13,6 +13,10 @@ use crate::{fmt_shape, TResult, Tensor};
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
 impl Backend for ArrayD<f32> {
+    #[inline]
+    fn of(t: &Tensor) -> Option<&Self> {
+        t.cpu()
+    }
     fn into_tensor(self) -> Tensor {
         Tensor::from_array(self)
     }

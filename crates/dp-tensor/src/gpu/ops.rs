@@ -9,6 +9,9 @@ use crate::ops::Backend;
 use crate::{TResult, Tensor};
 
 impl Backend for GpuTensor {
+    fn of(t: &Tensor) -> Option<&Self> {
+        t.gpu()
+    }
     fn into_tensor(self) -> Tensor {
         Tensor::from_gpu(self)
     }
