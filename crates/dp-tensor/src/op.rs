@@ -5,20 +5,21 @@
 
 use crate::{fmt_shape, Device, TResult, TensorError};
 
-/// The elementwise math functions (`sin x`, `exp t`, ...), on Floats and tensors.
+/// The elementwise math functions (`sin x`, `exp t`, ...), on Floats and tensors. The
+/// discriminants are `unary.wgsl`'s codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Un {
-    Neg,
-    Sin,
-    Cos,
-    Tan,
-    Exp,
-    Log,
-    Sqrt,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Abs,
+    Neg = 0,
+    Sin = 1,
+    Cos = 2,
+    Tan = 3,
+    Exp = 4,
+    Log = 5,
+    Sqrt = 6,
+    Tanh = 7,
+    Sigmoid = 8,
+    Relu = 9,
+    Abs = 10,
 }
 
 impl Un {

@@ -5,7 +5,7 @@
 //! device and leaves the index there.
 
 use super::{context, Gpu, GpuTensor};
-use crate::op::Bin;
+use crate::op::{Bin, Un};
 use crate::{broadcast_shape, fmt_shape, TResult};
 
 const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
@@ -145,25 +145,32 @@ pub fn accumulate(dst: &wgpu::Buffer, src: &GpuTensor) -> TResult<()> {
     g.dispatch(&p, &[(0, &prm), (1, src.raw()), (3, dst)], groups(n, 256))
 }
 
-/// Unary codes of `unary.wgsl`.
+/// What `unary.wgsl` computes: the math functions (codes 0–10, `Un`'s discriminants) and
+/// four of the backend's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
-    Neg = 0,
-    Sin = 1,
-    Cos = 2,
-    Tan = 3,
-    Exp = 4,
-    Log = 5,
-    Sqrt = 6,
-    Tanh = 7,
-    Sigmoid = 8,
-    Relu = 9,
-    Abs = 10,
-    Step = 11,
-    Sign = 12,
-    Clamp = 13,
+    Math(Un),
+    /// 1 where x > 0, else 0 (relu's derivative).
+    Step,
+    /// 1 where x ≥ 0, else -1 (abs's derivative).
+    Sign,
+    /// x clamped to [p0, p1].
+    Clamp,
     /// ln x where x > 0, else 0.
-    LogPos = 14,
+    LogPos,
+}
+
+impl UnOp {
+    /// The shader's `op` code.
+    fn code(self) -> u32 {
+        match self {
+            UnOp::Math(u) => u as u32,
+            UnOp::Step => 11,
+            UnOp::Sign => 12,
+            UnOp::Clamp => 13,
+            UnOp::LogPos => 14,
+        }
+    }
 }
 
 pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
@@ -174,7 +181,7 @@ pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
         return Ok(out);
     }
     let p = pipe(g, UNARY, "unary")?;
-    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, p0.to_bits(), p1.to_bits()]);
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op.code(), p0.to_bits(), p1.to_bits()]);
     g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(n, 256))?;
     Ok(out)
 }

@@ -96,20 +96,7 @@ impl Backend for GpuTensor {
 
 /// A math function on a GPU tensor.
 pub fn unary(op: Un, x: &GpuTensor) -> TResult<GpuTensor> {
-    let code = match op {
-        Un::Neg => UnOp::Neg,
-        Un::Sin => UnOp::Sin,
-        Un::Cos => UnOp::Cos,
-        Un::Tan => UnOp::Tan,
-        Un::Exp => UnOp::Exp,
-        Un::Log => UnOp::Log,
-        Un::Sqrt => UnOp::Sqrt,
-        Un::Tanh => UnOp::Tanh,
-        Un::Sigmoid => UnOp::Sigmoid,
-        Un::Relu => UnOp::Relu,
-        Un::Abs => UnOp::Abs,
-    };
-    k::unary(code, x, 0.0, 0.0)
+    k::unary(UnOp::Math(op), x, 0.0, 0.0)
 }
 
 /// ln x where x > 0, else 0: the factor of the derivative of a ** b with respect to b.
