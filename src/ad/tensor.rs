@@ -19,20 +19,13 @@ pub fn call(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     ad::tensor_op(m, op, args)
 }
 
-fn shape_of(v: &Value) -> Vec<usize> {
-    match ad::strip(v) {
-        Value::Tensor(t) => t.shape().to_vec(),
-        _ => Vec::new(),
-    }
-}
-
 fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
     m.prim2(Prim::Mul, a, b)
 }
 
 /// Sums over the last axis, keeping it (for the softmax rules).
 fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
-    let mut shape = shape_of(&v);
+    let mut shape = ad::shape_of(&v);
     let Some(last) = shape.len().checked_sub(1) else { return Ok(v) };
     let s = call(m, TOp::SumAxis(last), vec![v])?;
     shape[last] = 1;
@@ -51,7 +44,7 @@ fn device_of(v: &Value) -> Device {
 /// reduction to a Float). `BroadcastTo` of a Float makes its tensor on the default device, so
 /// a tensor on the other device gets its spread made explicitly there.
 fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
-    let s0 = shape_of(x);
+    let s0 = ad::shape_of(x);
     let d = device_of(x);
     if matches!(g, Value::Tensor(_)) || d == gpu::default_device()? {
         return call(m, TOp::BroadcastTo(s0), vec![g]);
@@ -76,11 +69,11 @@ pub fn vjp(
     g: Value,
     needs: &[bool],
 ) -> FResult<Vec<Option<Value>>> {
-    let s0 = shape_of(&xs[0]);
+    let s0 = ad::shape_of(&xs[0]);
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     Ok(match op {
         TOp::MatMul => {
-            let (sa, sb) = (s0.len(), shape_of(&xs[1]).len());
+            let (sa, sb) = (s0.len(), ad::shape_of(&xs[1]).len());
             let (a, b) = (xs[0].clone(), xs[1].clone());
             // (contribution to a, contribution to b), each computed only when needed.
             let (da, db): (Option<Value>, Option<Value>) = match (sa, sb) {
@@ -100,8 +93,8 @@ pub fn vjp(
                 ),
                 (2, 1) => (
                     if need(0) {
-                        let n = shape_of(&g)[0];
-                        let k = shape_of(&b)[0];
+                        let n = ad::shape_of(&g)[0];
+                        let k = ad::shape_of(&b)[0];
                         let gc = call(m, TOp::Reshape(vec![n, 1]), vec![g.clone()])?;
                         let br = call(m, TOp::Reshape(vec![1, k]), vec![b])?;
                         Some(call(m, TOp::MatMul, vec![gc, br])?)
@@ -114,8 +107,8 @@ pub fn vjp(
                 (1, 2) => (
                     if need(0) { Some(call(m, TOp::MatMul, vec![b, g.clone()])?) } else { None },
                     if need(1) {
-                        let k = shape_of(&a)[0];
-                        let n = shape_of(&g)[0];
+                        let k = ad::shape_of(&a)[0];
+                        let n = ad::shape_of(&g)[0];
                         let ac = call(m, TOp::Reshape(vec![k, 1]), vec![a])?;
                         let gr = call(m, TOp::Reshape(vec![1, n]), vec![g])?;
                         Some(call(m, TOp::MatMul, vec![ac, gr])?)
@@ -173,7 +166,7 @@ pub fn vjp(
             let mut out = Vec::new();
             let mut lo = 0;
             for x in xs {
-                let n = shape_of(x)[*axis];
+                let n = ad::shape_of(x)[*axis];
                 out.push(Some(call(m, TOp::Slice(*axis, lo, lo + n), vec![g.clone()])?));
                 lo += n;
             }

@@ -2,7 +2,7 @@
 //! are Floats and Tensors — so optimisers in `stdlib/optim.dp` work on any parameter shape.
 //! Leaves combine with the machine's own arithmetic (so these are differentiable too).
 
-use crate::ad::{self, map_leaves, tensor as ops, zip_leaves};
+use crate::ad::{self, map_leaves, zip_leaves};
 use crate::builtins::B;
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
@@ -54,7 +54,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut total = Value::Float(0.0);
             map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
-                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) { ops::call(m, TOp::Sum, vec![sq])? } else { sq };
+                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) {
+                    ad::tensor::call(m, TOp::Sum, vec![sq])?
+                } else {
+                    sq
+                };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
                 Ok(x)
             })?;
