@@ -52,3 +52,13 @@ fn the_tensor_crate_names_nothing_of_the_interpreter() {
     }
     assert!(found.is_empty(), "the tensor crate reaches into the interpreter:\n{}", found.join("\n"));
 }
+
+#[test]
+fn a_plain_cargo_test_covers_the_tensor_crate() {
+    // The README's `cargo test` runs the tensor library's unit tests only while it is a default
+    // member of the workspace.
+    let manifest = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .expect("read the workspace's Cargo.toml");
+    let line = manifest.lines().find(|l| l.trim_start().starts_with("default-members")).unwrap_or("");
+    assert!(line.contains("\"crates/dp-tensor\""), "crates/dp-tensor is not a default member: `{line}`");
+}
