@@ -14,7 +14,9 @@ pub mod repl;
 pub mod session;
 pub mod source;
 pub mod syntax;
-pub mod tensor;
 pub mod types;
+
+/// The tensor library (crates/dp-tensor), under the name the interpreter uses for it.
+pub use dp_tensor as tensor;
 
 pub use session::Session;

@@ -5,6 +5,7 @@ mod editors;
 mod gen;
 mod golden;
 mod gpu;
+mod layers;
 mod lsp;
 mod repl;
 mod run;

@@ -1,12 +1,12 @@
 //! The reverse rule of `@` on the CPU, done where the data is: adjoints of matrix products go
 //! straight into the adjoint buffers, and outer products wait to be summed as one product.
-//! `backward` tries this first for a `MatMul` frame; the generic rule (`ops::vjp`) covers every
+//! `backward` tries this first for a `MatMul` frame; the generic rule (`tensor::vjp`) covers every
 //! other case (GPU operands, higher-order derivatives, shared adjoint buffers).
 
 use super::{accumulate, Tracked};
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::Value;
-use crate::tensor::{self, Tensor};
+use crate::tensor::{cpu::product_into, Tensor};
 use std::rc::Rc;
 
 /// The matrix product's adjoint for input `i` without temporaries: dA += G Bᵀ and dB += Aᵀ G go
@@ -43,12 +43,12 @@ pub(super) fn adjoint_into(primals: &[Value], g: &Value, i: usize, cell: &Rc<Tra
     };
     let (a, b, g, out) = (a.array(), b.array(), g.array(), buf.array_mut());
     let done = match (i, a.ndim(), b.ndim()) {
-        (0, 2, 2) => tensor::product_into(out, g, false, b, true, 1.0),
-        (1, 2, 2) => tensor::product_into(out, a, true, g, false, 1.0),
+        (0, 2, 2) => product_into(out, g, false, b, true, 1.0),
+        (1, 2, 2) => product_into(out, a, true, g, false, 1.0),
         // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
-        (1, 2, 1) => tensor::product_into(out, g, false, a, false, 1.0),
-        (0, 1, 2) => tensor::product_into(out, b, false, g, false, 1.0),
-        _ => Err(String::new()),
+        (1, 2, 1) => product_into(out, g, false, a, false, 1.0),
+        (0, 1, 2) => product_into(out, b, false, g, false, 1.0),
+        _ => Err(crate::tensor::TensorError::new("")),
     };
     // On failure nothing was written (shapes are checked first), so the buffer goes back as is.
     *slot = Some(Value::Tensor(target));
@@ -117,6 +117,6 @@ fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
     };
     let (u, v) = (stack(|p| &p.0)?, stack(|p| &p.1)?);
     let mut out = ndarray::ArrayD::zeros(ndarray::IxDyn(&[u.shape()[1], v.shape()[1]]));
-    tensor::product_into(&mut out, &u, true, &v, false, 0.0).map_err(Fault::new)?;
+    product_into(&mut out, &u, true, &v, false, 0.0)?;
     Ok(Tensor::from_array(out))
 }

@@ -12,13 +12,13 @@
 
 mod matmul;
 pub mod rules;
+pub mod tensor;
 
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::tensor::forward;
 use crate::eval::value::{RecordVal, Value};
-use crate::tensor::ops::{self, TOp};
-use crate::tensor::Tensor;
-use rules::Un;
+use crate::tensor::{cpu::elementwise, TOp, Tensor, Un};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -200,7 +200,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
 pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
-        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(crate::tensor::elementwise::unary(op, t)?))),
+        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(elementwise::unary(op, t)?))),
         other => unary(m, op, other),
     }
 }
@@ -221,15 +221,15 @@ pub fn zero_like(v: &Value) -> Value {
     }
 }
 
-/// A tensor operation applied to perturbed arguments (see `tensor::ops::call`).
+/// A tensor operation applied to perturbed arguments (see `tensor::call`).
 pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     let args: Vec<Value> = args.into_iter().map(|a| live(m, a)).collect();
     if !args.iter().any(is_ad) {
-        return ops::forward(&op, &args);
+        return forward(&op, &args);
     }
     let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
-    let y = ops::call(m, op.clone(), primals.clone())?;
+    let y = tensor::call(m, op.clone(), primals.clone())?;
     if args.iter().any(|a| matches!(a, Value::Dual(d) if d.tag == tag)) {
         // A zero tangent may be a plain 0.0; tensor rules want tensors (or None for zero).
         let tangents: Vec<Option<Value>> = args
@@ -245,7 +245,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
                 _ => None,
             })
             .collect();
-        let tangent = ops::jvp(m, &op, &primals, &y, &tangents)?;
+        let tangent = tensor::jvp(m, &op, &primals, &y, &tangents)?;
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
     let inputs: Vec<Option<Rc<Tracked>>> = args
@@ -310,13 +310,13 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     let y = apply_un(m, op, p.clone())?;
     match &x {
         Value::Dual(d) => {
-            let dy = op.deriv(m, &p, &y)?;
+            let dy = rules::un_deriv(op, m, &p, &y)?;
             let tangent = m.prim2(Prim::Mul, dy, d.tangent.clone())?;
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
             // `live` has just found this tag's handler: no need to look twice.
-            let dy = op.deriv(m, &p, &y)?;
+            let dy = rules::un_deriv(op, m, &p, &y)?;
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
             match m.grad_handler(tag) {
@@ -356,9 +356,11 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         // The tangent has the output's kind and shape even where an input broadcast.
         let tangent = match (strip(&y), strip(&tangent)) {
             (Value::Tensor(ty), Value::Tensor(tt)) if ty.shape() != tt.shape() => {
-                ops::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
+                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
             }
-            (Value::Tensor(ty), Value::Float(_)) => ops::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?,
+            (Value::Tensor(ty), Value::Float(_)) => {
+                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
+            }
             _ => tangent,
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
@@ -428,9 +430,9 @@ pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -
     let have_tensor = matches!(strip(&contribution), Value::Tensor(_));
     let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
     let contribution = match (target_is_tensor, have_tensor) {
-        (false, true) => ops::call(m, TOp::Sum, vec![contribution])?,
-        (true, false) => ops::call(m, TOp::BroadcastTo(want), vec![contribution])?,
-        (true, true) if want != have => ops::call(m, TOp::SumTo(want), vec![contribution])?,
+        (false, true) => tensor::call(m, TOp::Sum, vec![contribution])?,
+        (true, false) => tensor::call(m, TOp::BroadcastTo(want), vec![contribution])?,
+        (true, true) if want != have => tensor::call(m, TOp::SumTo(want), vec![contribution])?,
         _ => contribution,
     };
     let old = cell.adj.borrow_mut().take();
@@ -486,7 +488,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
                         continue;
                     }
                 }
-                let contributions = ops::vjp(m, &op, &primals, &out.primal, g, &needs)?;
+                let contributions = tensor::vjp(m, &op, &primals, &out.primal, g, &needs)?;
                 for (inp, c) in inputs.iter().zip(contributions) {
                     if let (Some(inp), Some(c)) = (inp, c) {
                         accumulate(m, inp, c)?;

@@ -6,79 +6,44 @@
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::Value;
-use crate::tensor::ops::TOp;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Un {
-    Neg,
-    Sin,
-    Cos,
-    Tan,
-    Exp,
-    Log,
-    Sqrt,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Abs,
-}
+use crate::tensor::{TOp, Un};
 
 fn f(x: f64) -> Value {
     Value::Float(x)
 }
 
-impl Un {
-    /// The forward definition on plain floats.
-    /// (Generic so Floats compute in f64 and tensor elements natively in f32.)
-    pub fn eval<F: num_traits::Float>(self, x: F) -> F {
-        match self {
-            Un::Neg => -x,
-            Un::Sin => x.sin(),
-            Un::Cos => x.cos(),
-            Un::Tan => x.tan(),
-            Un::Exp => x.exp(),
-            Un::Log => x.ln(),
-            Un::Sqrt => x.sqrt(),
-            Un::Tanh => x.tanh(),
-            Un::Sigmoid => F::one() / (F::one() + (-x).exp()),
-            Un::Relu => x.max(F::zero()),
-            Un::Abs => x.abs(),
+/// dy/dx at x, where y = op(x) (the math functions themselves are the tensor library's `Un`).
+pub fn un_deriv(op: Un, m: &mut Machine, x: &Value, y: &Value) -> FResult<Value> {
+    let (x, y) = (x.clone(), y.clone());
+    Ok(match op {
+        Un::Neg => f(-1.0),
+        Un::Sin => super::apply_un(m, Un::Cos, x)?,
+        Un::Cos => {
+            let s = super::apply_un(m, Un::Sin, x)?;
+            m.prim1(Prim::Neg, s)?
         }
-    }
-
-    /// dy/dx at x, where y = self(x).
-    pub fn deriv(self, m: &mut Machine, x: &Value, y: &Value) -> FResult<Value> {
-        let (x, y) = (x.clone(), y.clone());
-        Ok(match self {
-            Un::Neg => f(-1.0),
-            Un::Sin => super::apply_un(m, Un::Cos, x)?,
-            Un::Cos => {
-                let s = super::apply_un(m, Un::Sin, x)?;
-                m.prim1(Prim::Neg, s)?
-            }
-            Un::Tan => {
-                let yy = m.prim2(Prim::Mul, y.clone(), y)?;
-                m.prim2(Prim::Add, f(1.0), yy)?
-            }
-            Un::Exp => y,
-            Un::Log => m.prim2(Prim::Div, f(1.0), x)?,
-            Un::Sqrt => m.prim2(Prim::Div, f(0.5), y)?,
-            Un::Tanh => {
-                let yy = m.prim2(Prim::Mul, y.clone(), y)?;
-                m.prim2(Prim::Sub, f(1.0), yy)?
-            }
-            Un::Sigmoid => {
-                let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
-                m.prim2(Prim::Mul, y, one_minus)?
-            }
-            Un::Relu | Un::Abs if matches!(super::strip(&x), Value::Tensor(_)) => {
-                let op = if self == Un::Relu { TOp::Step } else { TOp::Sign };
-                crate::tensor::ops::call(m, op, vec![super::strip(&x)])?
-            }
-            Un::Relu => f(if scalar(&x) > 0.0 { 1.0 } else { 0.0 }),
-            Un::Abs => f(if scalar(&x) >= 0.0 { 1.0 } else { -1.0 }),
-        })
-    }
+        Un::Tan => {
+            let yy = m.prim2(Prim::Mul, y.clone(), y)?;
+            m.prim2(Prim::Add, f(1.0), yy)?
+        }
+        Un::Exp => y,
+        Un::Log => m.prim2(Prim::Div, f(1.0), x)?,
+        Un::Sqrt => m.prim2(Prim::Div, f(0.5), y)?,
+        Un::Tanh => {
+            let yy = m.prim2(Prim::Mul, y.clone(), y)?;
+            m.prim2(Prim::Sub, f(1.0), yy)?
+        }
+        Un::Sigmoid => {
+            let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
+            m.prim2(Prim::Mul, y, one_minus)?
+        }
+        Un::Relu | Un::Abs if matches!(super::strip(&x), Value::Tensor(_)) => {
+            let t = if op == Un::Relu { TOp::Step } else { TOp::Sign };
+            super::tensor::call(m, t, vec![super::strip(&x)])?
+        }
+        Un::Relu => f(if scalar(&x) > 0.0 { 1.0 } else { 0.0 }),
+        Un::Abs => f(if scalar(&x) >= 0.0 { 1.0 } else { -1.0 }),
+    })
 }
 
 fn scalar(v: &Value) -> f64 {

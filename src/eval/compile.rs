@@ -38,7 +38,7 @@ pub enum Op {
     /// Pops one Int; jumps to the target unless `top cmp k` holds.
     IntBranchK(Cmp, i32, u32),
     /// A unary math builtin applied in place to the top of the stack.
-    Math(crate::ad::rules::Un),
+    Math(crate::tensor::Un),
     /// `float` in place.
     IntToFloat,
     /// Adds a constant to the Int on top of the stack.
@@ -147,8 +147,8 @@ impl Cmp {
 /// The run-time shape of a type, as far as a shallow check can tell.
 /// Builtins cheap enough to be instructions of their own.
 fn inline_builtin(i: u32) -> Option<Op> {
-    use crate::ad::rules::Un;
     use crate::builtins::B;
+    use crate::tensor::Un;
     Some(match TABLE[i as usize].1 {
         B::Float => Op::IntToFloat,
         B::Sin => Op::Math(Un::Sin),

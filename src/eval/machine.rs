@@ -12,6 +12,7 @@ use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
 use crate::source::Span;
+use crate::tensor::{TOp, Un};
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -875,7 +876,7 @@ impl Machine {
         match (p, &a) {
             (Prim::Neg, Value::Int(n)) => Ok(Value::Int(n.wrapping_neg())),
             (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
-            (Prim::Neg, _) => ad::apply_un(self, crate::ad::rules::Un::Neg, a),
+            (Prim::Neg, _) => ad::apply_un(self, Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
             _ => Err(Fault::new(format!("internal: `{p:?}` on {}", a.type_name()))),
@@ -909,9 +910,9 @@ impl Machine {
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
-                return crate::tensor::ops::elementwise(p, a, b)
+                return super::tensor::elementwise(p, a, b)
             }
-            (Prim::MatMul, _, _) => return crate::tensor::ops::call(self, crate::tensor::ops::TOp::MatMul, vec![a, b]),
+            (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
             (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
@@ -948,7 +949,6 @@ impl Machine {
             next += 1;
             std::mem::take(&mut args[next - 1])
         };
-        use crate::ad::rules::Un;
         let v = match b {
             B::Reset => return Ok(BuiltinOut::Control(Control::Reset(arg()))),
             B::Shift => return Ok(BuiltinOut::Control(Control::Shift(arg()))),
@@ -1007,7 +1007,7 @@ impl Machine {
             | B::ToList
             | B::ToDevice
             | B::Conv2d
-            | B::MaxPool2d => crate::tensor::builtins::call(self, b, &mut arg)?,
+            | B::MaxPool2d => super::builtins::tensor::call(self, b, &mut arg)?,
             B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => super::report::call(self, b, &mut arg)?,
             B::TreeAdd
             | B::TreeSub
@@ -1018,13 +1018,13 @@ impl Machine {
             | B::TreeSqrt
             | B::TreeClip
             | B::TreeZeros
-            | B::TreeSumSquares => crate::tensor::tree::call(self, b, &mut arg)?,
+            | B::TreeSumSquares => super::builtins::tree::call(self, b, &mut arg)?,
             other => super::prims::pure(self, other, &mut arg)?,
         };
         Ok(BuiltinOut::Value(v))
     }
 
-    fn math(&mut self, op: crate::ad::rules::Un, x: Value) -> FResult<Value> {
+    fn math(&mut self, op: Un, x: Value) -> FResult<Value> {
         match x {
             Value::Float(f) => Ok(Value::Float(op.eval(f))),
             other => ad::apply_un(self, op, other),

@@ -7,37 +7,13 @@
 //! - operands arrive by value: a tensor nobody else holds (`Rc` count 1, e.g. the temporary
 //!   between two optimiser steps) is overwritten in place instead of allocating a new buffer.
 //!
-//! GPU operands never reach these functions (`ops::elementwise` and `unary` route them to
-//! `gpu::ops`).
+//! GPU operands never reach these functions (`Tensor::binary` and `Tensor::unary` route them
+//! to the GPU's kernels).
 
-use super::{broadcast_shape, Storage, TResult, Tensor};
-use crate::ad::rules::Un;
-use crate::core::Prim;
+use crate::op::{Bin, Un};
+use crate::{broadcast_shape, Storage, TResult, Tensor};
 use ndarray::{ArrayD, IxDyn, Zip};
 use std::rc::Rc;
-
-/// A binary elementwise operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-}
-
-impl Bin {
-    pub fn of(p: Prim) -> Option<Bin> {
-        Some(match p {
-            Prim::Add => Bin::Add,
-            Prim::Sub => Bin::Sub,
-            Prim::Mul => Bin::Mul,
-            Prim::Div => Bin::Div,
-            Prim::Pow => Bin::Pow,
-            _ => return None,
-        })
-    }
-}
 
 /// Evaluates `$body` with `$f` bound to `$op` as a closure, once per operation.
 macro_rules! with_bin {
@@ -122,7 +98,7 @@ fn fresh(x: &ArrayD<f32>, y: &ArrayD<f32>, shape: &[usize], f: impl Fn(f32, f32)
     if x.shape() == y.shape() {
         if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
             let out = a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect();
-            return ArrayD::from_shape_vec(x.raw_dim(), out).map_err(|e| e.to_string());
+            return Ok(ArrayD::from_shape_vec(x.raw_dim(), out).map_err(|e| e.to_string())?);
         }
     }
     let xb = x.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;

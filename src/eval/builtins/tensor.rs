@@ -1,17 +1,13 @@
 //! The tensor builtins of LANGUAGE.md "Tensors": construction, shape operations, reductions,
-//! conversions. Differentiable ones go through `ops::call`.
+//! conversions. Differentiable ones go through `ad::tensor::call`.
 
-use super::ops::{self, TOp};
-use super::{fmt_shape, gpu, npy, Device, Rng, Tensor};
 use crate::ad;
 use crate::builtins::B;
 use crate::eval::machine::{FResult, Fault, Machine};
+use crate::eval::tensor::wrap;
 use crate::eval::value::Value;
+use crate::tensor::{fmt_shape, gpu, npy, Device, Rng, TOp, Tensor};
 use std::rc::Rc;
-
-fn wrap(t: Tensor) -> Value {
-    Value::Tensor(Rc::new(t))
-}
 
 /// A new tensor, on the default device (`--device`).
 fn new(t: Tensor) -> FResult<Value> {
@@ -144,25 +140,25 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Reshape => {
             let t = arg();
             let s = shape_arg(&arg())?;
-            ops::call(m, TOp::Reshape(s), vec![t])?
+            ad::tensor::call(m, TOp::Reshape(s), vec![t])?
         }
-        B::Transpose => ops::call(m, TOp::Transpose, vec![arg()])?,
+        B::Transpose => ad::tensor::call(m, TOp::Transpose, vec![arg()])?,
         B::Concat => {
             let axis = index(&arg(), "concat's axis")?;
             let ts: Vec<Value> = arg().iter_list().cloned().collect();
-            ops::call(m, TOp::Concat(axis), ts)?
+            ad::tensor::call(m, TOp::Concat(axis), ts)?
         }
         B::Slice => {
             let t = arg();
             let axis = index(&arg(), "slice's axis")?;
             let lo = index(&arg(), "slice's start")?;
             let hi = index(&arg(), "slice's end")?;
-            ops::call(m, TOp::Slice(axis, lo, hi), vec![t])?
+            ad::tensor::call(m, TOp::Slice(axis, lo, hi), vec![t])?
         }
         B::Row => {
             let t = arg();
             let i = index(&arg(), "a row index")?;
-            ops::call(m, TOp::Row(i), vec![t])?
+            ad::tensor::call(m, TOp::Row(i), vec![t])?
         }
         B::Onehot => {
             let n = index(&arg(), "onehot's size")?;
@@ -174,42 +170,38 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             v[i] = 1.0;
             new(Tensor::from_vec(&[n], v)?)?
         }
-        B::Sum => ops::call(m, TOp::Sum, vec![arg()])?,
-        B::Mean => ops::call(m, TOp::Mean, vec![arg()])?,
-        B::Max => ops::call(m, TOp::Max, vec![arg()])?,
+        B::Sum => ad::tensor::call(m, TOp::Sum, vec![arg()])?,
+        B::Mean => ad::tensor::call(m, TOp::Mean, vec![arg()])?,
+        B::Max => ad::tensor::call(m, TOp::Max, vec![arg()])?,
         B::SumAxis => {
             let t = arg();
             let a = index(&arg(), "an axis")?;
-            ops::call(m, TOp::SumAxis(a), vec![t])?
+            ad::tensor::call(m, TOp::SumAxis(a), vec![t])?
         }
         B::MeanAxis => {
             let t = arg();
             let a = index(&arg(), "an axis")?;
-            ops::call(m, TOp::MeanAxis(a), vec![t])?
+            ad::tensor::call(m, TOp::MeanAxis(a), vec![t])?
         }
         B::Conv2d => {
             let x = arg();
-            ops::call(m, TOp::Conv2d, vec![x, arg()])?
+            ad::tensor::call(m, TOp::Conv2d, vec![x, arg()])?
         }
         B::MaxPool2d => {
             let k = index(&arg(), "the pooling size")?;
-            ops::call(m, TOp::MaxPool2d(k), vec![arg()])?
+            ad::tensor::call(m, TOp::MaxPool2d(k), vec![arg()])?
         }
         B::Argmax => {
             let t = plain_tensor(&arg())?;
-            let best = match t.gpu() {
-                Some(g) => super::gpu::kernels::argmax_index(g).map_err(Fault::new)?,
-                None => ops::argmax(&t),
-            };
-            match best {
+            match t.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
             }
         }
-        B::Softmax => ops::call(m, TOp::Softmax, vec![arg()])?,
-        B::LogSoftmax => ops::call(m, TOp::LogSoftmax, vec![arg()])?,
-        B::Logsumexp => ops::call(m, TOp::Logsumexp, vec![arg()])?,
-        B::Item => ops::call(m, TOp::Item, vec![arg()])?,
+        B::Softmax => ad::tensor::call(m, TOp::Softmax, vec![arg()])?,
+        B::LogSoftmax => ad::tensor::call(m, TOp::LogSoftmax, vec![arg()])?,
+        B::Logsumexp => ad::tensor::call(m, TOp::Logsumexp, vec![arg()])?,
+        B::Item => ad::tensor::call(m, TOp::Item, vec![arg()])?,
         B::ToList => {
             let t = plain_tensor(&arg())?;
             Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
@@ -225,7 +217,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 }
                 other => return Err(Fault::new(format!("unknown device `{other}` (known: cpu, gpu)"))),
             };
-            ops::call(m, TOp::ToDevice(d), vec![t])?
+            ad::tensor::call(m, TOp::ToDevice(d), vec![t])?
         }
         other => return Err(Fault::new(format!("internal: {other:?} is not a tensor builtin"))),
     })

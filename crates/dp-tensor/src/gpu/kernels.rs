@@ -1,10 +1,12 @@
-//! The GPU kernels, one function per operation: each checks shapes, allocates its output, and
+//! The GPU kernels, one function per operation: each allocates its output (shapes have passed
+//! the op table's rule, `TOp::check`; what is checked here is internal) and
 //! records a dispatch of the family's shader (`shaders/*.wgsl`). Nothing here waits for the
 //! GPU except `reduce_all` (its Float result is read back); `argmax_mask` reduces on the
 //! device and leaves the index there.
 
 use super::{context, Gpu, GpuTensor};
-use crate::tensor::{broadcast_shape, fmt_shape, TResult};
+use crate::op::{Bin, Un};
+use crate::{broadcast_shape, fmt_shape, TResult};
 
 const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
 const UNARY: (&str, &str) = ("unary.wgsl", include_str!("shaders/unary.wgsl"));
@@ -53,7 +55,7 @@ fn pipe(g: &Gpu, shader: (&'static str, &'static str), entry: &'static str) -> T
 }
 
 fn u32_of(n: usize, what: &str) -> TResult<u32> {
-    u32::try_from(n).map_err(|_| format!("{what} ({n}) is too large for the GPU backend"))
+    u32::try_from(n).map_err(|_| format!("{what} ({n}) is too large for the GPU backend").into())
 }
 
 fn words(xs: &[usize]) -> TResult<Vec<u32>> {
@@ -78,18 +80,8 @@ fn new_output(g: &Gpu, shape: Vec<usize>) -> TResult<GpuTensor> {
     Ok(GpuTensor::new(g.alloc(n)?, shape))
 }
 
-/// Binary arithmetic codes of `elementwise.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinOp {
-    Add = 0,
-    Sub = 1,
-    Mul = 2,
-    Div = 3,
-    Pow = 4,
-}
-
 /// `a op b` with NumPy broadcasting.
-pub fn binary(op: BinOp, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+pub fn binary(op: Bin, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     let g = context()?;
     let shape = broadcast_shape(&a.shape, &b.shape)?;
     let out = new_output(g, shape.clone())?;
@@ -128,7 +120,7 @@ pub fn binary(op: BinOp, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
 }
 
 /// `a op s` (or `s op a` when `scalar_left`) for a Float s.
-pub fn binary_scalar(op: BinOp, a: &GpuTensor, s: f32, scalar_left: bool) -> TResult<GpuTensor> {
+pub fn binary_scalar(op: Bin, a: &GpuTensor, s: f32, scalar_left: bool) -> TResult<GpuTensor> {
     let g = context()?;
     let out = new_output(g, a.shape.clone())?;
     let n = out.len();
@@ -153,25 +145,32 @@ pub fn accumulate(dst: &wgpu::Buffer, src: &GpuTensor) -> TResult<()> {
     g.dispatch(&p, &[(0, &prm), (1, src.raw()), (3, dst)], groups(n, 256))
 }
 
-/// Unary codes of `unary.wgsl`.
+/// What `unary.wgsl` computes: the math functions (codes 0–10, `Un`'s discriminants) and
+/// four of the backend's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
-    Neg = 0,
-    Sin = 1,
-    Cos = 2,
-    Tan = 3,
-    Exp = 4,
-    Log = 5,
-    Sqrt = 6,
-    Tanh = 7,
-    Sigmoid = 8,
-    Relu = 9,
-    Abs = 10,
-    Step = 11,
-    Sign = 12,
-    Clamp = 13,
+    Math(Un),
+    /// 1 where x > 0, else 0 (relu's derivative).
+    Step,
+    /// 1 where x ≥ 0, else -1 (abs's derivative).
+    Sign,
+    /// x clamped to [p0, p1].
+    Clamp,
     /// ln x where x > 0, else 0.
-    LogPos = 14,
+    LogPos,
+}
+
+impl UnOp {
+    /// The shader's `op` code.
+    fn code(self) -> u32 {
+        match self {
+            UnOp::Math(u) => u as u32,
+            UnOp::Step => 11,
+            UnOp::Sign => 12,
+            UnOp::Clamp => 13,
+            UnOp::LogPos => 14,
+        }
+    }
 }
 
 pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
@@ -182,7 +181,7 @@ pub fn unary(op: UnOp, x: &GpuTensor, p0: f32, p1: f32) -> TResult<GpuTensor> {
         return Ok(out);
     }
     let p = pipe(g, UNARY, "unary")?;
-    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, p0.to_bits(), p1.to_bits()]);
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op.code(), p0.to_bits(), p1.to_bits()]);
     g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(n, 256))?;
     Ok(out)
 }
@@ -226,17 +225,16 @@ fn gemm(a: &GpuTensor, b: &GpuTensor, m: usize, k: usize, n: usize, shape: Vec<u
     Ok(out)
 }
 
-/// `@`: matrix-matrix, matrix-vector, vector-matrix and vector-vector, as on the CPU.
+/// `@`: matrix-matrix, matrix-vector, vector-matrix and vector-vector, as on the CPU (the
+/// shapes have passed `TOp::MatMul`'s rule).
 pub fn matmul(a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     let (sa, sb) = (&a.shape, &b.shape);
-    let err = || format!("matrix product of shapes {} and {}: inner dimensions differ", fmt_shape(sa), fmt_shape(sb));
     match (sa.len(), sb.len()) {
         (2, 2) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], sb[1], vec![sa[0], sb[1]]),
         (2, 1) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], 1, vec![sa[0]]),
         (1, 2) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], sb[1], vec![sb[1]]),
         (1, 1) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], 1, vec![]),
-        (2, 2) | (2, 1) | (1, 2) | (1, 1) => Err(err()),
-        _ => Err(format!("`@` multiplies matrices and vectors; got shapes {} and {}", fmt_shape(sa), fmt_shape(sb))),
+        _ => Err(format!("internal: a GPU product of shapes {} and {}", fmt_shape(sa), fmt_shape(sb)).into()),
     }
 }
 
@@ -388,7 +386,7 @@ pub fn reduce_axis(x: &GpuTensor, axis: usize, fold: Fold, scale: f32) -> TResul
 pub fn sum_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
     let err = || format!("cannot reduce a gradient of shape {} to {}", fmt_shape(&x.shape), fmt_shape(shape));
     if shape.len() > x.shape.len() {
-        return Err(err());
+        return Err(err().into());
     }
     let pad = x.shape.len() - shape.len();
     let st = strides(&x.shape);
@@ -400,7 +398,7 @@ pub fn sum_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
         } else if want == 1 {
             red.push((size, stride));
         } else {
-            return Err(err());
+            return Err(err().into());
         }
     }
     reduce_groups(x, &kept, &red, Fold::Sum, 1.0, shape.to_vec())
@@ -465,7 +463,7 @@ pub fn transpose(x: &GpuTensor) -> TResult<GpuTensor> {
 pub fn broadcast_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
     let err = || format!("cannot broadcast shape {} to {}", fmt_shape(&x.shape), fmt_shape(shape));
     if x.shape.len() > shape.len() {
-        return Err(err());
+        return Err(err().into());
     }
     let pad = shape.len() - x.shape.len();
     let st = strides(&x.shape);
@@ -476,7 +474,7 @@ pub fn broadcast_to(x: &GpuTensor, shape: &[usize]) -> TResult<GpuTensor> {
         } else if x.shape[d] == 1 {
             src_st[d + pad] = 0;
         } else {
-            return Err(err());
+            return Err(err().into());
         }
     }
     if x.shape == shape {
@@ -553,13 +551,13 @@ pub fn copy(x: &GpuTensor) -> TResult<GpuTensor> {
     Ok(out)
 }
 
-fn conv_prm(d: &crate::tensor::ConvDims) -> TResult<Vec<u32>> {
+fn conv_prm(d: &crate::op::ConvDims) -> TResult<Vec<u32>> {
     words(&[d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow])
 }
 
 /// Valid, stride-1 convolution of x [N, C, H, W] with w [O, C, KH, KW].
 pub fn conv2d(x: &GpuTensor, w: &GpuTensor) -> TResult<GpuTensor> {
-    let d = crate::tensor::conv_dims(&x.shape, &w.shape)?;
+    let d = crate::op::conv_dims(&x.shape, &w.shape)?;
     let g = context()?;
     let out = new_output(g, vec![d.n, d.o, d.oh, d.ow])?;
     if out.is_empty() {
@@ -573,7 +571,7 @@ pub fn conv2d(x: &GpuTensor, w: &GpuTensor) -> TResult<GpuTensor> {
 
 /// The adjoints of conv2d with respect to its input (`input` true) or its weights.
 pub fn conv2d_grad(x: &GpuTensor, w: &GpuTensor, gr: &GpuTensor, input: bool) -> TResult<GpuTensor> {
-    let d = crate::tensor::conv_dims(&x.shape, &w.shape)?;
+    let d = crate::op::conv_dims(&x.shape, &w.shape)?;
     let g = context()?;
     let out = new_output(g, if input { x.shape.clone() } else { w.shape.clone() })?;
     if out.is_empty() {
@@ -590,12 +588,10 @@ pub fn conv2d_grad(x: &GpuTensor, w: &GpuTensor, gr: &GpuTensor, input: bool) ->
     Ok(out)
 }
 
-/// Max pooling (`mode` 0), its adjoint given g (1), or its forward-mode pick of t (2).
+/// Max pooling (`mode` 0), its adjoint given g (1), or its forward-mode pick of t (2). The
+/// shape has passed `TOp::MaxPool2d`'s rule.
 pub fn max_pool(x: &GpuTensor, k: usize, other: Option<&GpuTensor>, pick: bool) -> TResult<GpuTensor> {
     let s = &x.shape;
-    if s.len() != 4 || k == 0 || s[2] < k || s[3] < k {
-        return Err(format!("max_pool2d {k} needs an input [N, C, H, W] with H, W ≥ {k}; got shape {}", fmt_shape(s)));
-    }
     let (planes, h, w) = (s[0] * s[1], s[2], s[3]);
     let (oh, ow) = (h / k, w / k);
     let g = context()?;

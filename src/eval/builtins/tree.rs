@@ -7,7 +7,7 @@ use crate::builtins::B;
 use crate::core::Prim;
 use crate::eval::machine::{FResult, Fault, Machine};
 use crate::eval::value::Value;
-use crate::tensor::ops::{self, TOp};
+use crate::tensor::{TOp, Un};
 
 fn float(v: &Value) -> FResult<f64> {
     match ad::strip(v) {
@@ -17,7 +17,7 @@ fn float(v: &Value) -> FResult<f64> {
 }
 
 fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
-    ad::apply_un(m, crate::ad::rules::Un::Sqrt, v)
+    ad::apply_un(m, Un::Sqrt, v)
 }
 
 fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
@@ -54,7 +54,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut total = Value::Float(0.0);
             map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
-                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) { ops::call(m, TOp::Sum, vec![sq])? } else { sq };
+                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) {
+                    ad::tensor::call(m, TOp::Sum, vec![sq])?
+                } else {
+                    sq
+                };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
                 Ok(x)
             })?;

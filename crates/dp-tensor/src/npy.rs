@@ -2,7 +2,7 @@
 //! C order. Everything becomes float32 (dp's one tensor dtype): float64 is rounded, integers
 //! are converted exactly up to 2^24.
 
-use super::Tensor;
+use crate::{TResult, Tensor};
 
 fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
     let field = |key: &str| -> Result<&str, String> {
@@ -24,16 +24,16 @@ fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
     Ok((descr, fortran, shape))
 }
 
-pub fn load(path: &str) -> Result<Tensor, String> {
+pub fn load(path: &str) -> TResult<Tensor> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(format!("`{path}` is not a NumPy .npy file"));
+        return Err(format!("`{path}` is not a NumPy .npy file").into());
     }
     let (hlen, start) = if bytes[6] == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
         if bytes.len() < 12 {
-            return Err(format!("`{path}`: truncated header"));
+            return Err(format!("`{path}`: truncated header").into());
         }
         (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
     };
@@ -41,7 +41,9 @@ pub fn load(path: &str) -> Result<Tensor, String> {
         std::str::from_utf8(bytes.get(start..start + hlen).ok_or("truncated header")?).map_err(|e| e.to_string())?;
     let (descr, fortran, shape) = parse_header(header).map_err(|e| format!("`{path}`: {e}"))?;
     if fortran {
-        return Err(format!("`{path}`: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)"));
+        return Err(
+            format!("`{path}`: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)").into()
+        );
     }
     let data = &bytes[start + hlen..];
     let n: usize = shape.iter().product();
@@ -50,16 +52,18 @@ pub fn load(path: &str) -> Result<Tensor, String> {
         "<f8" => (8, |b| f64::from_le_bytes(b.try_into().unwrap()) as f32),
         "<i4" => (4, |b| i32::from_le_bytes(b.try_into().unwrap()) as f32),
         "<i8" => (8, |b| i64::from_le_bytes(b.try_into().unwrap()) as f32),
-        other => return Err(format!("`{path}`: unsupported dtype `{other}` (float32, float64, int32, int64 are)")),
+        other => {
+            return Err(format!("`{path}`: unsupported dtype `{other}` (float32, float64, int32, int64 are)").into())
+        }
     };
     if data.len() < n * width {
-        return Err(format!("`{path}`: expected {n} values, the file is truncated"));
+        return Err(format!("`{path}`: expected {n} values, the file is truncated").into());
     }
     let values: Vec<f32> = data[..n * width].chunks_exact(width).map(conv).collect();
     Tensor::from_vec(&shape, values)
 }
 
-pub fn save(path: &str, t: &Tensor) -> Result<(), String> {
+pub fn save(path: &str, t: &Tensor) -> TResult<()> {
     let shape = t.shape();
     let shape_txt = match shape.len() {
         1 => format!("({},)", shape[0]),
@@ -76,5 +80,5 @@ pub fn save(path: &str, t: &Tensor) -> Result<(), String> {
     for x in t.array().iter() {
         out.extend_from_slice(&x.to_le_bytes());
     }
-    std::fs::write(path, out).map_err(|e| format!("cannot write `{path}`: {e}"))
+    Ok(std::fs::write(path, out).map_err(|e| format!("cannot write `{path}`: {e}"))?)
 }

@@ -10,12 +10,12 @@
 //! * Dispatches of more than 65,535 workgroups use a 2-D grid; shaders linearise the
 //!   workgroup id (`wid.x + wid.y * num_workgroups.x`).
 //!
-//! `kernels.rs` holds the operations, `ops.rs` the dispatch of the operation table onto them
-//! (and the explicit CPU fallbacks).
+//! `kernels.rs` holds the operations, `ops.rs` the op table (`ops::Backend`) on them.
 
 pub mod kernels;
 pub mod ops;
 
+use crate::TResult;
 use ndarray::{ArrayD, IxDyn};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -32,12 +32,12 @@ pub enum DeviceChoice {
 }
 
 impl DeviceChoice {
-    pub fn parse(s: &str) -> Result<DeviceChoice, String> {
+    pub fn parse(s: &str) -> TResult<DeviceChoice> {
         match s {
             "cpu" => Ok(DeviceChoice::Cpu),
             "gpu" => Ok(DeviceChoice::Gpu),
             "auto" => Ok(DeviceChoice::Auto),
-            other => Err(format!("unknown device `{other}` (known: cpu, gpu, auto)")),
+            other => Err(format!("unknown device `{other}` (known: cpu, gpu, auto)").into()),
         }
     }
 }
@@ -47,7 +47,7 @@ static DEFAULT_DEVICE: AtomicU8 = AtomicU8::new(0);
 
 /// Sets the default device (`--device`). `Gpu` creates the device now, so a missing adapter is
 /// reported before anything runs.
-pub fn set_default_device(d: DeviceChoice) -> Result<(), String> {
+pub fn set_default_device(d: DeviceChoice) -> TResult<()> {
     if d == DeviceChoice::Gpu {
         context()?;
     }
@@ -63,7 +63,7 @@ pub fn set_default_device(d: DeviceChoice) -> Result<(), String> {
 }
 
 /// True when new tensors go to the GPU (resolving `auto` on first use).
-pub fn default_is_gpu() -> Result<bool, String> {
+pub fn default_is_gpu() -> TResult<bool> {
     match DEFAULT_DEVICE.load(Ordering::SeqCst) {
         1 => Ok(true),
         2 => match context() {
@@ -73,7 +73,7 @@ pub fn default_is_gpu() -> Result<bool, String> {
             }
             Err(e) => {
                 DEFAULT_DEVICE.store(3, Ordering::SeqCst);
-                let first = e.split(". ").next().unwrap_or(&e);
+                let first = e.msg.split(". ").next().unwrap_or(&e.msg);
                 eprintln!("dp: --device auto: {first}; using the CPU");
                 Ok(false)
             }
@@ -92,8 +92,8 @@ pub fn trace(what: impl FnOnce() -> String) {
 }
 
 /// The default device (`auto` resolved): where tensors made from Floats go.
-pub fn default_device() -> Result<crate::tensor::Device, String> {
-    Ok(if default_is_gpu()? { crate::tensor::Device::Gpu } else { crate::tensor::Device::Cpu })
+pub fn default_device() -> TResult<crate::Device> {
+    Ok(if default_is_gpu()? { crate::Device::Gpu } else { crate::Device::Cpu })
 }
 
 /// The process's GPU: device, queue, compiled pipelines, pending commands, a buffer pool.
@@ -126,7 +126,7 @@ const POOL_LIMIT: u64 = 1 << 30;
 /// Operations recorded before the pending encoder is submitted anyway.
 const BATCH: usize = 64;
 
-static CONTEXT: OnceLock<Result<Gpu, String>> = OnceLock::new();
+static CONTEXT: OnceLock<TResult<Gpu>> = OnceLock::new();
 
 /// The names of the backends this build can use on this platform.
 pub fn backends_tried() -> String {
@@ -149,7 +149,7 @@ pub fn backends_tried() -> String {
 }
 
 /// The GPU, created on first use; an error names the backends that were tried.
-pub fn context() -> Result<&'static Gpu, String> {
+pub fn context() -> TResult<&'static Gpu> {
     match CONTEXT.get_or_init(create) {
         Ok(g) => Ok(g),
         Err(e) => Err(e.clone()),
@@ -161,10 +161,10 @@ pub fn available() -> bool {
     context().is_ok()
 }
 
-fn create() -> Result<Gpu, String> {
+fn create() -> TResult<Gpu> {
     let tried = backends_tried();
     if wgpu::Instance::enabled_backend_features().is_empty() {
-        return Err(format!("no GPU adapter found (backends tried: {tried})"));
+        return Err(format!("no GPU adapter found (backends tried: {tried})").into());
     }
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -208,7 +208,7 @@ fn create() -> Result<Gpu, String> {
 }
 
 /// A one-line description of the adapter (for `--device` diagnostics and tests).
-pub fn describe() -> Result<String, String> {
+pub fn describe() -> TResult<String> {
     let g = context()?;
     Ok(format!("{} ({:?}, {:?})", g.info.name, g.info.backend, g.info.device_type))
 }
@@ -290,19 +290,20 @@ fn bytes_of(n: usize) -> u64 {
 }
 
 impl Gpu {
-    fn check_size(&self, bytes: u64) -> Result<(), String> {
+    fn check_size(&self, bytes: u64) -> TResult<()> {
         let max = self.limits.max_buffer_size.min(self.limits.max_storage_buffer_binding_size);
         if bytes > max {
             return Err(format!(
                 "a tensor of {bytes} bytes exceeds the GPU's largest buffer ({max} bytes on {})",
                 self.info.name
-            ));
+            )
+            .into());
         }
         Ok(())
     }
 
     /// An uninitialised buffer for `n` floats (recycled when one of that size is free).
-    pub fn alloc(&self, n: usize) -> Result<Arc<GpuBuffer>, String> {
+    pub fn alloc(&self, n: usize) -> TResult<Arc<GpuBuffer>> {
         let size = bytes_of(n);
         self.check_size(size)?;
         if let Ok(mut pool) = self.pool.lock() {
@@ -322,7 +323,7 @@ impl Gpu {
     }
 
     /// A buffer holding `data`.
-    pub fn upload(&self, data: &[f32]) -> Result<Arc<GpuBuffer>, String> {
+    pub fn upload(&self, data: &[f32]) -> TResult<Arc<GpuBuffer>> {
         let size = bytes_of(data.len());
         self.check_size(size)?;
         let mut bytes: Vec<u8> = bytemuck::cast_slice(data).to_vec();
@@ -350,9 +351,9 @@ impl Gpu {
     }
 
     /// The first error wgpu reported, if any (cleared).
-    pub fn take_error(&self) -> Result<(), String> {
+    pub fn take_error(&self) -> TResult<()> {
         match self.error.lock().ok().and_then(|mut e| e.take()) {
-            Some(e) => Err(format!("GPU error: {e}")),
+            Some(e) => Err(format!("GPU error: {e}").into()),
             None => Ok(()),
         }
     }
@@ -363,7 +364,7 @@ impl Gpu {
         file: &'static str,
         source: &'static str,
         entry: &'static str,
-    ) -> Result<wgpu::ComputePipeline, String> {
+    ) -> TResult<wgpu::ComputePipeline> {
         let mut pipes = self.pipelines.lock().map_err(|_| "GPU pipeline cache poisoned")?;
         if let Some(p) = pipes.get(&(file, entry)) {
             return Ok(p.clone());
@@ -398,7 +399,7 @@ impl Gpu {
         pipeline: &wgpu::ComputePipeline,
         buffers: &[(u32, &wgpu::Buffer)],
         groups: u64,
-    ) -> Result<(), String> {
+    ) -> TResult<()> {
         let (x, y) = grid(groups, self.limits.max_compute_workgroups_per_dimension as u64)?;
         self.dispatch_xy(pipeline, buffers, x, y)
     }
@@ -410,13 +411,15 @@ impl Gpu {
         buffers: &[(u32, &wgpu::Buffer)],
         x: u32,
         y: u32,
-    ) -> Result<(), String> {
+    ) -> TResult<()> {
         if x == 0 || y == 0 {
             return Ok(());
         }
         let max = self.limits.max_compute_workgroups_per_dimension;
         if x > max || y > max {
-            return Err(format!("a GPU dispatch of {x} × {y} workgroups exceeds the limit of {max} per dimension"));
+            return Err(
+                format!("a GPU dispatch of {x} × {y} workgroups exceeds the limit of {max} per dimension").into()
+            );
         }
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = buffers
@@ -437,7 +440,7 @@ impl Gpu {
     }
 
     /// Records commands into the pending encoder (submitted every `BATCH` operations).
-    pub fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<(), String> {
+    pub fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> TResult<()> {
         let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
         let enc = p
             .encoder
@@ -458,7 +461,7 @@ impl Gpu {
     }
 
     /// Submits whatever is pending.
-    pub fn flush(&self) -> Result<(), String> {
+    pub fn flush(&self) -> TResult<()> {
         let enc = {
             let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
             p.ops = 0;
@@ -471,7 +474,7 @@ impl Gpu {
     }
 
     /// Reads `n` floats of `buf` back to the host (waits for the work before it).
-    pub fn read(&self, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>, String> {
+    pub fn read(&self, buf: &wgpu::Buffer, n: usize) -> TResult<Vec<f32>> {
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -492,8 +495,8 @@ impl Gpu {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
         match rx.recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("reading GPU memory: {e}")),
-            Err(_) => return Err("reading GPU memory: the mapping never completed".to_string()),
+            Ok(Err(e)) => return Err(format!("reading GPU memory: {e}").into()),
+            Err(_) => return Err("reading GPU memory: the mapping never completed".to_string().into()),
         }
         let out = {
             let view = staging.get_mapped_range(..).map_err(|e| format!("reading GPU memory: {e}"))?;
@@ -507,27 +510,27 @@ impl Gpu {
 
 /// The workgroup grid for `groups` workgroups: (x, 1) up to the per-dimension limit, else a
 /// 2-D grid whose x·y ≥ groups (shaders skip the surplus).
-pub fn grid(groups: u64, max: u64) -> Result<(u32, u32), String> {
+pub fn grid(groups: u64, max: u64) -> TResult<(u32, u32)> {
     if groups <= max {
         return Ok((groups as u32, 1));
     }
     let y = groups.div_ceil(max);
     if y > max {
-        return Err(format!("{groups} workgroups is more than one GPU dispatch can hold"));
+        return Err(format!("{groups} workgroups is more than one GPU dispatch can hold").into());
     }
     let x = groups.div_ceil(y);
     Ok((x as u32, y as u32))
 }
 
 /// A new GPU tensor holding `a`.
-pub fn upload(a: &ArrayD<f32>) -> Result<GpuTensor, String> {
+pub fn upload(a: &ArrayD<f32>) -> TResult<GpuTensor> {
     let g = context()?;
     let data: Vec<f32> = a.iter().copied().collect();
     Ok(GpuTensor::new(g.upload(&data)?, a.shape().to_vec()))
 }
 
 /// The data of a GPU tensor, in row-major order.
-pub fn download(t: &GpuTensor) -> Result<Vec<f32>, String> {
+pub fn download(t: &GpuTensor) -> TResult<Vec<f32>> {
     if let Some(h) = t.host.get() {
         return Ok(h.iter().copied().collect());
     }

@@ -1,0 +1,217 @@
+//! The CPU backend: tensors as ndarray `ArrayD<f32>`, the op table on them (`Backend`), and
+//! dp's own kernels where ndarray's would be slow — matrix products (`gemm`), elementwise
+//! loops compiled per operation (`elementwise`), vectorizable exp/tanh/sigmoid (`vmath`) and
+//! convolution by im2col (`conv`).
+
+mod conv;
+pub mod elementwise;
+pub mod gemm;
+pub mod vmath;
+
+use crate::ops::Backend;
+use crate::{fmt_shape, TResult, Tensor};
+use ndarray::{ArrayD, Axis, IxDyn, Slice};
+
+impl Backend for ArrayD<f32> {
+    #[inline]
+    fn of(t: &Tensor) -> Option<&Self> {
+        t.cpu()
+    }
+    fn into_tensor(self) -> Tensor {
+        Tensor::from_array(self)
+    }
+    fn shape(&self) -> &[usize] {
+        ArrayD::shape(self)
+    }
+    fn matmul(&self, b: &Self) -> TResult<Self> {
+        let (xs, ys) = (self.shape(), b.shape());
+        let shape: Vec<usize> = xs[..xs.len() - 1].iter().chain(&ys[1..]).copied().collect();
+        let mut out = ArrayD::zeros(IxDyn(&shape));
+        product_into(&mut out, self, false, b, false, 0.0)?;
+        Ok(out)
+    }
+    fn sum_all(&self) -> TResult<f64> {
+        Ok(self.iter().fold(0.0, |s, &x| s + x as f64))
+    }
+    fn max_all(&self) -> TResult<f64> {
+        Ok(self.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64)
+    }
+    fn logsumexp(&self) -> TResult<f64> {
+        let m = self.max_all()?;
+        let s: f64 = self.iter().map(|&x| (x as f64 - m).exp()).sum();
+        Ok(m + s.ln())
+    }
+    fn item(&self) -> TResult<f64> {
+        Ok(self.iter().next().copied().unwrap_or(0.0) as f64)
+    }
+    fn sum_axis(&self, axis: usize, mean: bool) -> TResult<Self> {
+        let s = ArrayD::sum_axis(self, Axis(axis));
+        Ok(if mean { s / self.shape()[axis].max(1) as f32 } else { s })
+    }
+    fn sum_to(&self, shape: &[usize]) -> TResult<Self> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        let mut a = self.clone();
+        while a.ndim() > shape.len() {
+            a = a.sum_axis(Axis(0));
+        }
+        for (i, &d) in shape.iter().enumerate() {
+            if d == 1 && a.shape()[i] != 1 {
+                a = a.sum_axis(Axis(i)).insert_axis(Axis(i));
+            }
+        }
+        if a.shape() != shape {
+            return Err(format!(
+                "cannot reduce a gradient of shape {} to {}",
+                fmt_shape(self.shape()),
+                fmt_shape(shape)
+            )
+            .into());
+        }
+        Ok(a)
+    }
+    fn broadcast_to(&self, shape: &[usize]) -> TResult<Self> {
+        let b = self
+            .broadcast(IxDyn(shape))
+            .ok_or_else(|| format!("cannot broadcast shape {} to {}", fmt_shape(self.shape()), fmt_shape(shape)))?;
+        Ok(b.to_owned())
+    }
+    fn reshape(&self, shape: &[usize]) -> TResult<Self> {
+        let a = self.as_standard_layout().to_owned();
+        Ok(a.into_shape_with_order(IxDyn(shape)).map_err(|e| e.to_string())?)
+    }
+    /// Reverses the axes (the usual transpose for matrices).
+    fn transpose(&self) -> TResult<Self> {
+        Ok(self.t().as_standard_layout().into_owned())
+    }
+    fn row(&self, i: usize) -> TResult<Self> {
+        Ok(self.index_axis(Axis(0), i).to_owned())
+    }
+    fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self> {
+        let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+        out.index_axis_mut(Axis(0), i).assign(self);
+        Ok(out)
+    }
+    fn softmax(&self, log: bool) -> TResult<Self> {
+        let ax = Axis(self.ndim() - 1);
+        let max = self.map_axis(ax, |r| r.fold(f32::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+        if log {
+            let shifted = self - &max;
+            let lse = shifted.mapv(f32::exp).sum_axis(ax).mapv(f32::ln).insert_axis(ax);
+            return Ok(shifted - lse);
+        }
+        let e = (self - &max).mapv(f32::exp);
+        let s = e.sum_axis(ax).insert_axis(ax);
+        Ok(e / s)
+    }
+    fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
+        let views: Vec<_> = parts.iter().map(|t| t.view()).collect();
+        Ok(ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?)
+    }
+    fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self> {
+        Ok(self.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned())
+    }
+    fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self> {
+        let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+        let n = self.shape()[axis];
+        out.slice_axis_mut(Axis(axis), Slice::from(lo..lo + n)).assign(self);
+        Ok(out)
+    }
+    fn step(&self) -> TResult<Self> {
+        Ok(self.mapv(|x| if x > 0.0 { 1.0 } else { 0.0 }))
+    }
+    fn sign(&self) -> TResult<Self> {
+        Ok(self.mapv(|x| if x >= 0.0 { 1.0 } else { -1.0 }))
+    }
+    fn argmax_mask(&self) -> TResult<Self> {
+        let mut out = ArrayD::<f32>::zeros(self.raw_dim());
+        if let Some(i) = argmax(self) {
+            if let Some(x) = out.iter_mut().nth(i) {
+                *x = 1.0;
+            }
+        }
+        Ok(out)
+    }
+    fn conv2d(&self, w: &Self) -> TResult<Self> {
+        conv::conv2d(self, w)
+    }
+    fn conv2d_grad(&self, w: &Self, g: &Self, input: bool) -> TResult<Self> {
+        let (dx, dw) = conv::conv2d_grads(self, w, g)?;
+        Ok(if input { dx } else { dw })
+    }
+    fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self> {
+        conv::pool(self, k, other, pick)
+    }
+}
+
+/// The position of the first largest element (row-major), or None for an empty array.
+pub fn argmax(a: &ArrayD<f32>) -> Option<usize> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &x) in a.iter().enumerate() {
+        if best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// out = x' @ y' + beta · out, where x' is x or (with `tx`) its transpose, likewise y' — the
+/// transposes are strided views, never copies. Vectors act as a column on the right and a row
+/// on the left; a vector-by-vector product with a matrix `out` is their outer product.
+pub fn product_into(
+    out: &mut ArrayD<f32>,
+    x: &ArrayD<f32>,
+    tx: bool,
+    y: &ArrayD<f32>,
+    ty: bool,
+    beta: f32,
+) -> TResult<()> {
+    use ndarray::{Ix1, Ix2};
+    fn m2(t: &ArrayD<f32>, transposed: bool) -> TResult<ndarray::ArrayView2<'_, f32>> {
+        let v = t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
+        Ok(if transposed { v.reversed_axes() } else { v })
+    }
+    fn v1(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView1<'_, f32>> {
+        Ok(t.view().into_dimensionality::<Ix1>().map_err(|e| e.to_string())?)
+    }
+    let out_shape = out.shape().to_vec();
+    let bad = || {
+        crate::TensorError::new(format!(
+            "internal: product of shapes {} and {} into {}",
+            fmt_shape(x.shape()),
+            fmt_shape(y.shape()),
+            fmt_shape(&out_shape)
+        ))
+    };
+    match (x.ndim(), y.ndim(), out.ndim()) {
+        (2, 2, 2) | (1, 1, 2) => {
+            let (a, b) = if x.ndim() == 2 {
+                (m2(x, tx)?, m2(y, ty)?)
+            } else {
+                (v1(x)?.insert_axis(ndarray::Axis(1)), v1(y)?.insert_axis(ndarray::Axis(0)))
+            };
+            let c = out.view_mut().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
+            if a.ncols() != b.nrows() || c.dim() != (a.nrows(), b.ncols()) {
+                return Err(bad());
+            }
+            gemm::gemm(1.0, a, b, beta, c);
+        }
+        (2, 1, 1) | (1, 2, 1) => {
+            // A row vector on the left is the transposed matrix on the right.
+            let (a, v) = if x.ndim() == 2 { (m2(x, tx)?, v1(y)?) } else { (m2(y, !ty)?, v1(x)?) };
+            let c = out.view_mut().into_dimensionality::<Ix1>().map_err(|e| e.to_string())?;
+            if a.ncols() != v.len() || c.len() != a.nrows() {
+                return Err(bad());
+            }
+            gemm::gemv(1.0, a, v, beta, c);
+        }
+        (1, 1, 0) => {
+            let d = v1(x)?.dot(&v1(y)?);
+            let o = out.first_mut().ok_or_else(bad)?;
+            *o = d + beta * *o;
+        }
+        _ => return Err(bad()),
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! The op table's dispatch (DESIGN.md principle 6, after candle's `BackendStorage`): each
+//! device's storage implements `Backend`, one method per kind of operation; `forward` checks
+//! the operation's shape rule (`TOp::check`), matches on the operands' storage once, and runs
+//! the one generic definition (`apply`) on that backend. An operation added to `TOp` must be
+//! given to both backends before anything compiles: there is no silent CPU fallback.
+
+use crate::cpu::elementwise;
+use crate::op::{Bin, TOp};
+use crate::{gpu, Device, TResult, Tensor, TensorError};
+use ndarray::ArrayD;
+use std::rc::Rc;
+
+/// What an operation gives: a tensor, or a Float for the reductions to one number.
+pub enum Out {
+    Tensor(Tensor),
+    Float(f64),
+}
+
+/// The operations of one device's storage. Shapes have passed `TOp::check` before any of
+/// these run; what a method still checks is internal.
+pub trait Backend: Sized {
+    /// This device's storage of `t`, if it lives here.
+    fn of(t: &Tensor) -> Option<&Self>;
+    fn into_tensor(self) -> Tensor;
+    fn shape(&self) -> &[usize];
+    fn matmul(&self, b: &Self) -> TResult<Self>;
+    /// The sum of all elements.
+    fn sum_all(&self) -> TResult<f64>;
+    /// The largest element.
+    fn max_all(&self) -> TResult<f64>;
+    fn logsumexp(&self) -> TResult<f64>;
+    /// The one element of a one-element tensor.
+    fn item(&self) -> TResult<f64>;
+    /// The sum along `axis` (removed), or with `mean` the mean.
+    fn sum_axis(&self, axis: usize, mean: bool) -> TResult<Self>;
+    fn sum_to(&self, shape: &[usize]) -> TResult<Self>;
+    fn broadcast_to(&self, shape: &[usize]) -> TResult<Self>;
+    fn reshape(&self, shape: &[usize]) -> TResult<Self>;
+    fn transpose(&self) -> TResult<Self>;
+    fn row(&self, i: usize) -> TResult<Self>;
+    fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self>;
+    /// Softmax (or, with `log`, log-softmax) over the last axis.
+    fn softmax(&self, log: bool) -> TResult<Self>;
+    fn concat(parts: &[&Self], axis: usize) -> TResult<Self>;
+    fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self>;
+    fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self>;
+    fn step(&self) -> TResult<Self>;
+    fn sign(&self) -> TResult<Self>;
+    fn argmax_mask(&self) -> TResult<Self>;
+    fn conv2d(&self, w: &Self) -> TResult<Self>;
+    /// The adjoint of `conv2d` for its input (`input`) or its weights, given (x, w, g).
+    fn conv2d_grad(&self, w: &Self, g: &Self, input: bool) -> TResult<Self>;
+    /// k×k max pooling; with `other`, routes it back to each window's maximum, or (`pick`)
+    /// picks its element at each window's maximum.
+    fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self>;
+}
+
+/// The forward definition of `op` on tensors (the interpreter turns Float operands of
+/// `SumTo` and `BroadcastTo` into tensors first). Operands on two devices are an error.
+pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
+    if let TOp::ToDevice(d) = op {
+        let t = args.first().ok_or("internal: `to_device` without an operand")?;
+        return Ok(Out::Tensor(t.to_device(*d)?));
+    }
+    let gpu = args.iter().any(|t| t.is_gpu());
+    if gpu && args.iter().any(|t| !t.is_gpu()) {
+        return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
+    }
+    op.check(args)?;
+    if gpu {
+        apply::<gpu::GpuTensor>(op, args)
+    } else {
+        apply::<ArrayD<f32>>(op, args)
+    }
+}
+
+/// The error for operands on two devices, naming both.
+pub fn mixed_devices(what: &str, a: Device, b: Device) -> TensorError {
+    TensorError::new(format!("{what}: the operands are on two devices ({} and {})", a.name(), b.name()))
+        .help("move one with `to_device \"gpu\" t` or `to_device \"cpu\" t`")
+}
+
+/// Each operation, defined once in terms of `Backend`, on operands all stored on `B`'s device.
+/// (Operands are read through `B::of` rather than collected: the small tensor operations of a
+/// recursive model are dominated by such per-call costs.)
+fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
+    let arg = |i: usize| -> TResult<&B> {
+        args.get(i)
+            .and_then(|t| B::of(t))
+            .ok_or_else(|| TensorError::new(format!("internal: {} expects a tensor operand {i}", op.name())))
+    };
+    let x = arg(0)?;
+    let n = || x.shape().iter().product::<usize>();
+    let t = |b: B| Ok(Out::Tensor(b.into_tensor()));
+    match op {
+        TOp::MatMul => t(x.matmul(arg(1)?)?),
+        TOp::Sum => Ok(Out::Float(x.sum_all()?)),
+        TOp::Mean => Ok(Out::Float(x.sum_all()? / n() as f64)),
+        TOp::Max => Ok(Out::Float(x.max_all()?)),
+        TOp::Logsumexp => Ok(Out::Float(x.logsumexp()?)),
+        TOp::Item => Ok(Out::Float(x.item()?)),
+        TOp::SumAxis(a) => t(x.sum_axis(*a, false)?),
+        TOp::MeanAxis(a) => t(x.sum_axis(*a, true)?),
+        // Always a tensor (0-d for []): the interpreter turns it into a Float for Float inputs.
+        TOp::SumTo(shape) => t(x.sum_to(shape)?),
+        TOp::BroadcastTo(shape) => t(x.broadcast_to(shape)?),
+        TOp::Reshape(shape) => t(x.reshape(shape)?),
+        TOp::Transpose => t(x.transpose()?),
+        TOp::Row(i) => t(x.row(*i)?),
+        TOp::ScatterRow(i, shape) => t(x.scatter_row(*i, shape)?),
+        TOp::Softmax => t(x.softmax(false)?),
+        TOp::LogSoftmax => t(x.softmax(true)?),
+        TOp::Concat(axis) => t(B::concat(&(0..args.len()).map(arg).collect::<TResult<Vec<_>>>()?, *axis)?),
+        TOp::Slice(axis, lo, hi) => t(x.slice(*axis, *lo, *hi)?),
+        TOp::Unslice(axis, lo, shape) => t(x.unslice(*axis, *lo, shape)?),
+        TOp::Step => t(x.step()?),
+        TOp::Sign => t(x.sign()?),
+        TOp::ArgmaxMask => t(x.argmax_mask()?),
+        TOp::Conv2d => t(x.conv2d(arg(1)?)?),
+        TOp::Conv2dInputGrad => t(x.conv2d_grad(arg(1)?, arg(2)?, true)?),
+        TOp::Conv2dWeightGrad => t(x.conv2d_grad(arg(1)?, arg(2)?, false)?),
+        TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
+        TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
+        TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
+        TOp::ToDevice(_) => Err(TensorError::new("internal: `to_device` is not a backend operation")),
+    }
+}
+
+/// `a op b` with NumPy broadcasting, on the operands' device. The operands come by value: a
+/// CPU tensor only this call holds is overwritten with the result (`cpu::elementwise`).
+/// (`#[inline]`: arithmetic on small tensors is per-call overhead, and this is a thin layer.)
+#[inline]
+pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
+    match (a.gpu(), b.gpu()) {
+        (None, None) => elementwise::binary(op, a, b),
+        (Some(x), Some(y)) => Ok(Tensor::from_gpu(gpu::kernels::binary(op, x, y)?)),
+        _ => Err(mixed_devices(op.symbol(), a.device(), b.device())),
+    }
+}
+
+/// `t op s`, or `s op t` when `scalar_left`, on t's device (in place when only this call holds
+/// a CPU `t`).
+#[inline]
+pub fn binary_scalar(op: Bin, t: Rc<Tensor>, s: f32, scalar_left: bool) -> TResult<Tensor> {
+    match t.gpu() {
+        None => Ok(elementwise::with_scalar(op, t, s, scalar_left)),
+        Some(g) => Ok(Tensor::from_gpu(gpu::kernels::binary_scalar(op, g, s, scalar_left)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(shape: &[usize], v: &[f32]) -> Tensor {
+        Tensor::from_vec(shape, v.to_vec()).unwrap()
+    }
+
+    fn tensor(out: Out) -> Tensor {
+        match out {
+            Out::Tensor(t) => t,
+            Out::Float(x) => panic!("expected a tensor, got the Float {x}"),
+        }
+    }
+
+    #[test]
+    fn the_table_runs_on_the_cpu() {
+        let x = t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert!(matches!(forward(&TOp::Sum, &[&x]), Ok(Out::Float(s)) if s == 21.0));
+        assert!(matches!(forward(&TOp::Mean, &[&x]), Ok(Out::Float(s)) if s == 3.5));
+        assert_eq!(tensor(forward(&TOp::MeanAxis(0), &[&x]).unwrap()).data(), vec![2.5, 3.5, 4.5]);
+        assert_eq!(tensor(forward(&TOp::Transpose, &[&x]).unwrap()).shape(), &[3, 2]);
+        let v = t(&[3], &[1.0, 0.0, -1.0]);
+        assert_eq!(tensor(forward(&TOp::MatMul, &[&x, &v]).unwrap()).data(), vec![-2.0, -2.0]);
+        let c = tensor(forward(&TOp::Concat(0), &[&x, &x]).unwrap());
+        assert_eq!(c.shape(), &[4, 3]);
+        assert_eq!(tensor(forward(&TOp::Slice(0, 2, 3), &[&c]).unwrap()).data(), vec![1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn shape_errors_come_from_the_rule_before_any_kernel() {
+        let x = t(&[2, 3], &[0.0; 6]);
+        let e = forward(&TOp::MeanAxis(5), &[&x]).err().expect("an error");
+        assert_eq!(e.msg, "mean_axis: axis 5 is out of range for a tensor of shape [2, 3]");
+    }
+
+    #[test]
+    fn elementwise_reuses_a_unique_operand() {
+        let a = Rc::new(t(&[2], &[1.0, 2.0]));
+        let ptr = a.array().as_ptr();
+        let r = binary_scalar(Bin::Mul, a, 3.0, false).unwrap();
+        assert_eq!(r.data(), vec![3.0, 6.0]);
+        assert_eq!(r.array().as_ptr(), ptr);
+    }
+
+    #[test]
+    fn both_devices_reject_the_same_shapes_in_the_same_words() {
+        if gpu::context().is_err() {
+            eprintln!("no GPU adapter: the CPU side of the comparison only");
+            return;
+        }
+        let x = t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let g = x.to_device(Device::Gpu).unwrap();
+        let cases = [
+            TOp::MeanAxis(2),
+            TOp::SumAxis(2),
+            TOp::Row(5),
+            TOp::Slice(1, 2, 9),
+            TOp::Reshape(vec![4]),
+            TOp::MaxPool2d(2),
+            TOp::Item,
+        ];
+        for op in cases {
+            let on = |t: &Tensor| forward(&op, &[t]).err().map(|e| e.msg);
+            assert_eq!(on(&x), on(&g), "{op:?}");
+            assert!(on(&g).is_some(), "{op:?} should fail");
+        }
+        let e = forward(&TOp::MatMul, &[&g, &t(&[3], &[1.0; 3])]).err().expect("mixed devices");
+        assert_eq!(e.msg, "`@`: the operands are on two devices (gpu and cpu)");
+    }
+}

@@ -1,0 +1,310 @@
+//! The tensor operations' derivative rules: each operation's reverse rule (`vjp`) and forward
+//! rule (`jvp`), beside the AD-aware entry point (`call`). The forward definitions are the
+//! tensor library's op table (dp_tensor::ops); the rules are written with `call` and the
+//! machine's generic arithmetic, so they are differentiable themselves and higher-order
+//! derivatives through tensor code need nothing extra.
+
+use crate::ad;
+use crate::core::Prim;
+use crate::eval::machine::{FResult, Machine};
+use crate::eval::tensor::{forward, wrap};
+use crate::eval::value::Value;
+use crate::tensor::{gpu, Device, TOp, Tensor, Un};
+
+/// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
+pub fn call(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    if !args.iter().any(ad::is_ad) {
+        return forward(&op, &args);
+    }
+    ad::tensor_op(m, op, args)
+}
+
+fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+    m.prim2(Prim::Mul, a, b)
+}
+
+/// Sums over the last axis, keeping it (for the softmax rules).
+fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
+    let mut shape = ad::shape_of(&v);
+    let Some(last) = shape.len().checked_sub(1) else { return Ok(v) };
+    let s = call(m, TOp::SumAxis(last), vec![v])?;
+    shape[last] = 1;
+    call(m, TOp::Reshape(shape), vec![s])
+}
+
+/// The device of a (possibly perturbed) tensor; the CPU for Floats.
+fn device_of(v: &Value) -> Device {
+    match ad::strip(v) {
+        Value::Tensor(t) => t.device(),
+        _ => Device::Cpu,
+    }
+}
+
+/// A Float adjoint `g` spread over the shape of `x`, on x's device (the adjoint of a
+/// reduction to a Float). `BroadcastTo` of a Float makes its tensor on the default device, so
+/// a tensor on the other device gets its spread made explicitly there.
+fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
+    let s0 = ad::shape_of(x);
+    let d = device_of(x);
+    if matches!(g, Value::Tensor(_)) || d == gpu::default_device()? {
+        return call(m, TOp::BroadcastTo(s0), vec![g]);
+    }
+    match g {
+        Value::Float(v) => Ok(wrap(Tensor::full_on(d, &s0, v as f32)?)),
+        g => {
+            let ones = wrap(Tensor::full_on(d, &s0, 1.0)?);
+            mul(m, ones, g)
+        }
+    }
+}
+
+/// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
+/// `needs[i]` says whether input i's contribution is wanted (it is tracked): rules with
+/// expensive per-input work (matrix products) skip the others.
+pub fn vjp(
+    m: &mut Machine,
+    op: &TOp,
+    xs: &[Value],
+    y: &Value,
+    g: Value,
+    needs: &[bool],
+) -> FResult<Vec<Option<Value>>> {
+    let s0 = ad::shape_of(&xs[0]);
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
+    Ok(match op {
+        TOp::MatMul => {
+            let (sa, sb) = (s0.len(), ad::shape_of(&xs[1]).len());
+            let (a, b) = (xs[0].clone(), xs[1].clone());
+            // (contribution to a, contribution to b), each computed only when needed.
+            let (da, db): (Option<Value>, Option<Value>) = match (sa, sb) {
+                (2, 2) => (
+                    if need(0) {
+                        let bt = call(m, TOp::Transpose, vec![b.clone()])?;
+                        Some(call(m, TOp::MatMul, vec![g.clone(), bt])?)
+                    } else {
+                        None
+                    },
+                    if need(1) {
+                        let at = call(m, TOp::Transpose, vec![a])?;
+                        Some(call(m, TOp::MatMul, vec![at, g])?)
+                    } else {
+                        None
+                    },
+                ),
+                (2, 1) => (
+                    if need(0) {
+                        let n = ad::shape_of(&g)[0];
+                        let k = ad::shape_of(&b)[0];
+                        let gc = call(m, TOp::Reshape(vec![n, 1]), vec![g.clone()])?;
+                        let br = call(m, TOp::Reshape(vec![1, k]), vec![b])?;
+                        Some(call(m, TOp::MatMul, vec![gc, br])?)
+                    } else {
+                        None
+                    },
+                    // aᵀ @ g as g @ a: the same numbers without materialising the transpose.
+                    if need(1) { Some(call(m, TOp::MatMul, vec![g.clone(), a])?) } else { None },
+                ),
+                (1, 2) => (
+                    if need(0) { Some(call(m, TOp::MatMul, vec![b, g.clone()])?) } else { None },
+                    if need(1) {
+                        let k = ad::shape_of(&a)[0];
+                        let n = ad::shape_of(&g)[0];
+                        let ac = call(m, TOp::Reshape(vec![k, 1]), vec![a])?;
+                        let gr = call(m, TOp::Reshape(vec![1, n]), vec![g])?;
+                        Some(call(m, TOp::MatMul, vec![ac, gr])?)
+                    } else {
+                        None
+                    },
+                ),
+                _ => (Some(mul(m, g.clone(), b)?), Some(mul(m, g, a)?)),
+            };
+            vec![da, db]
+        }
+        TOp::Sum | TOp::Item => vec![Some(spread(m, &xs[0], g)?)],
+        TOp::Mean => {
+            let n = s0.iter().product::<usize>().max(1) as f64;
+            let gn = m.prim2(Prim::Div, g, Value::Float(n))?;
+            vec![Some(spread(m, &xs[0], gn)?)]
+        }
+        TOp::Max => {
+            let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+            vec![Some(mul(m, mask, g)?)]
+        }
+        TOp::Logsumexp => {
+            // d lse / dx = exp(x - lse)
+            let d = m.prim2(Prim::Sub, xs[0].clone(), y.clone())?;
+            let e = ad::apply_un(m, Un::Exp, d)?;
+            vec![Some(mul(m, e, g)?)]
+        }
+        TOp::SumAxis(a) | TOp::MeanAxis(a) => {
+            let mut kept = s0.clone();
+            kept[*a] = 1;
+            let gr = call(m, TOp::Reshape(kept), vec![g])?;
+            let gr =
+                if matches!(op, TOp::MeanAxis(_)) { m.prim2(Prim::Div, gr, Value::Float(s0[*a] as f64))? } else { gr };
+            vec![Some(call(m, TOp::BroadcastTo(s0), vec![gr])?)]
+        }
+        TOp::SumTo(_) => vec![Some(call(m, TOp::BroadcastTo(s0), vec![g])?)],
+        TOp::BroadcastTo(_) => vec![Some(call(m, TOp::SumTo(s0), vec![g])?)],
+        TOp::Reshape(_) => vec![Some(call(m, TOp::Reshape(s0), vec![g])?)],
+        TOp::Transpose => vec![Some(call(m, TOp::Transpose, vec![g])?)],
+        TOp::Row(i) => vec![Some(call(m, TOp::ScatterRow(*i, s0), vec![g])?)],
+        TOp::ScatterRow(i, _) => vec![Some(call(m, TOp::Row(*i), vec![g])?)],
+        TOp::Softmax => {
+            let gy = mul(m, g.clone(), y.clone())?;
+            let s = sum_last_keep(m, gy)?;
+            let d = m.prim2(Prim::Sub, g, s)?;
+            vec![Some(mul(m, y.clone(), d)?)]
+        }
+        TOp::LogSoftmax => {
+            let p = ad::apply_un(m, Un::Exp, y.clone())?;
+            let s = sum_last_keep(m, g.clone())?;
+            let ps = mul(m, p, s)?;
+            vec![Some(m.prim2(Prim::Sub, g, ps)?)]
+        }
+        TOp::Concat(axis) => {
+            let mut out = Vec::new();
+            let mut lo = 0;
+            for x in xs {
+                let n = ad::shape_of(x)[*axis];
+                out.push(Some(call(m, TOp::Slice(*axis, lo, lo + n), vec![g.clone()])?));
+                lo += n;
+            }
+            out
+        }
+        TOp::Slice(axis, lo, _) => vec![Some(call(m, TOp::Unslice(*axis, *lo, s0), vec![g])?)],
+        TOp::Unslice(axis, lo, _) => {
+            let n = s0[*axis];
+            vec![Some(call(m, TOp::Slice(*axis, *lo, lo + n), vec![g])?)]
+        }
+        // Convolution is bilinear: <g, conv(x, w)> = <IG(w, g), x> = <WG(x, g), w>, so the
+        // adjoint maps are themselves linear in each argument and have exact reverse rules.
+        TOp::Conv2d => {
+            let (x, w) = (xs[0].clone(), xs[1].clone());
+            vec![
+                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), w.clone(), g.clone()])?),
+                Some(call(m, TOp::Conv2dWeightGrad, vec![x, w, g])?),
+            ]
+        }
+        TOp::Conv2dInputGrad => {
+            let (w, gy) = (xs[1].clone(), xs[2].clone());
+            vec![
+                None,
+                Some(call(m, TOp::Conv2dWeightGrad, vec![g.clone(), w.clone(), gy])?),
+                Some(call(m, TOp::Conv2d, vec![g, w])?),
+            ]
+        }
+        TOp::Conv2dWeightGrad => {
+            let (x, gy) = (xs[0].clone(), xs[2].clone());
+            vec![
+                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), g.clone(), gy])?),
+                None,
+                Some(call(m, TOp::Conv2d, vec![x, g])?),
+            ]
+        }
+        // Pooling routes values by the (locally constant) argmax: linear in everything else.
+        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
+    })
+}
+
+/// Forward rule: the output tangent, given input tangents (None = zero).
+pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Value>]) -> FResult<Value> {
+    let linear = |m: &mut Machine, ts: &[Option<Value>]| -> FResult<Value> {
+        match &ts[0] {
+            Some(t) => call(m, op.clone(), vec![t.clone()]),
+            None => Ok(Value::Float(0.0)),
+        }
+    };
+    match op {
+        TOp::MatMul => {
+            let mut acc = Value::Float(0.0);
+            if let Some(ta) = &ts[0] {
+                acc = call(m, TOp::MatMul, vec![ta.clone(), xs[1].clone()])?;
+            }
+            if let Some(tb) = &ts[1] {
+                let c = call(m, TOp::MatMul, vec![xs[0].clone(), tb.clone()])?;
+                acc = m.prim2(Prim::Add, acc, c)?;
+            }
+            Ok(acc)
+        }
+        TOp::Concat(_) => {
+            let parts = xs
+                .iter()
+                .zip(ts)
+                .map(|(x, t)| match t {
+                    Some(t) => Ok(t.clone()),
+                    None => Ok(ad::zero_like(x)),
+                })
+                .collect::<FResult<Vec<_>>>()?;
+            call(m, op.clone(), parts)
+        }
+        TOp::Max | TOp::Logsumexp | TOp::Softmax | TOp::LogSoftmax => {
+            // Contract the tangent with the reverse rule's weights: exact for these ops.
+            let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
+            match op {
+                TOp::Max => {
+                    let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+                    let p = mul(m, mask, t.clone())?;
+                    call(m, TOp::Sum, vec![p])
+                }
+                TOp::Logsumexp => {
+                    let d = m.prim2(Prim::Sub, xs[0].clone(), y.clone())?;
+                    let e = ad::apply_un(m, Un::Exp, d)?;
+                    let p = mul(m, e, t.clone())?;
+                    call(m, TOp::Sum, vec![p])
+                }
+                TOp::Softmax => {
+                    let ty = mul(m, t.clone(), y.clone())?;
+                    let s = sum_last_keep(m, ty)?;
+                    let d = m.prim2(Prim::Sub, t.clone(), s)?;
+                    mul(m, y.clone(), d)
+                }
+                _ => {
+                    let p = ad::apply_un(m, Un::Exp, y.clone())?;
+                    let pt = mul(m, p, t.clone())?;
+                    let s = sum_last_keep(m, pt)?;
+                    m.prim2(Prim::Sub, t.clone(), s)
+                }
+            }
+        }
+        TOp::Conv2d => {
+            let mut acc = Value::Float(0.0);
+            if let Some(tx) = &ts[0] {
+                acc = call(m, TOp::Conv2d, vec![tx.clone(), xs[1].clone()])?;
+            }
+            if let Some(tw) = &ts[1] {
+                let c = call(m, TOp::Conv2d, vec![xs[0].clone(), tw.clone()])?;
+                acc = m.prim2(Prim::Add, acc, c)?;
+            }
+            Ok(acc)
+        }
+        TOp::MaxPool2d(k) => {
+            let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
+            call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), t.clone()])
+        }
+        TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
+            // Bilinear in the two arguments it reads (IG ignores x, WG ignores w): sum the terms.
+            let ignored = if *op == TOp::Conv2dInputGrad { 0 } else { 1 };
+            let mut acc = Value::Float(0.0);
+            for (i, t) in ts.iter().enumerate() {
+                if let (Some(t), true) = (t, i != ignored) {
+                    let mut args = xs.to_vec();
+                    args[i] = t.clone();
+                    let c = call(m, op.clone(), args)?;
+                    acc = m.prim2(Prim::Add, acc, c)?;
+                }
+            }
+            Ok(acc)
+        }
+        TOp::MaxPool2dGrad(_) | TOp::MaxPool2dPick(_) => match &ts[1] {
+            Some(t) => call(m, op.clone(), vec![ad::strip(&xs[0]), t.clone()]),
+            None => Ok(Value::Float(0.0)),
+        },
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
+        _ => linear(m, ts),
+    }
+}
