@@ -25,8 +25,8 @@ PY
 best() { # best of 3 wall seconds and the peak RSS of that run, or "refused"
   local bin=$1 file=$2 b="" m=""
   for _ in 1 2 3; do
-    if ! out=$( { /usr/bin/time -f "%e %M" "$bin" check "$file" >/dev/null 2>/dev/null; } 2>&1 ); then echo "refused"; return; fi
-    read -r t mem <<<"$(tail -1 <<<"$out")"
+    if ! /usr/bin/time -o "$dir/time" -f "%e %M" "$bin" check "$file" >/dev/null 2>&1; then echo "refused"; return; fi
+    read -r t mem <"$dir/time"
     if [ -z "$b" ] || awk "BEGIN{exit !($t < $b)}"; then b=$t; m=$mem; fi
   done
   echo "$b s, $((m / 1024)) MB"
