@@ -1570,7 +1570,8 @@ impl Checker {
         }
         let mut ty = tbody;
         for (i, p) in ptys.into_iter().enumerate().rev() {
-            let answer = if ty_is_innermost(i, arity) { body_answer.clone() } else { self.fresh() };
+            let innermost = i + 1 == arity as usize;
+            let answer = if innermost { body_answer.clone() } else { self.fresh() };
             ty = Ty::fun(p, ty, answer);
         }
         let lam = Lambda {
@@ -1781,12 +1782,6 @@ fn shadowed_type_name(shown: &str) -> Option<String> {
     let start = shown[..i].rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |j| j + 1);
     let end = shown[i + 1..].find(|c: char| !c.is_ascii_digit()).map_or(shown.len(), |j| i + 1 + j);
     Some(shown[start..end].to_string())
-}
-
-/// Whether parameter `i` of a lambda with `arity` parameters is its last (the arrow whose
-/// application runs the body).
-fn ty_is_innermost(i: usize, arity: u32) -> bool {
-    i + 1 == arity as usize
 }
 
 /// The variables a pattern binds, with their spans.
