@@ -1,7 +1,7 @@
 //! Type inference (HM with levels, let-polymorphism with the value restriction) that also
 //! elaborates the AST to core IR: names become slots, lambdas list their captures.
 
-use super::ty::{class, free_vars, Broadcast, Printer, Scheme, Subst, Ty, UnifyError};
+use super::ty::{class, free_vars, Constraint, Printer, Rule, Scheme, Subst, Ty, UnifyError};
 use crate::builtins::TABLE;
 use crate::core::{Const, Core, Lambda, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
@@ -147,26 +147,28 @@ fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
     if let Ty::Var(r) = answer {
         qs.push(r);
     }
-    Scheme { vars: qs, ty, broadcasts: Vec::new() }
+    Scheme { vars: qs, ty, constraints: Vec::new() }
 }
 
-/// The types of `reset` and `shift`, which say how answer types flow:
-/// `reset : (Unit -[a]-> a) -[r]-> a` runs its body in a context producing `a`;
-/// `shift : ((b -[r1]-> a) -[a]-> a) -[a]-> b` must be called where the enclosing `reset`
+/// The types of `reset` and `shift`, which say how answer effects flow (`-[a]->` is the
+/// effect `Ty::shifts(a)`):
+/// `reset : (Unit -[a]-> a) -> a` runs its body in a context producing `a`;
+/// `shift : ((b -> a) -[a]-> a) -[a]-> b` must be called where the enclosing `reset`
 /// produces `a`, its body runs there too, and the captured continuation `k`, itself
-/// delimited when resumed, can be called anywhere.
+/// delimited when resumed, shifts to no outer `reset`. Functions passed as arguments may
+/// have any lesser effect (a pure `reset` body is fine).
 fn control_scheme(sub: &mut Subst, name: &str) -> Scheme {
     let v = |sub: &mut Subst| sub.fresh(1);
     let var_id = |t: &Ty| if let Ty::Var(v) = t { *v } else { 0 };
     if name == "reset" {
         let (a, r) = (v(sub), v(sub));
-        let ty = Ty::fun(Ty::fun(Ty::unit(), a.clone(), a.clone()), a.clone(), r.clone());
-        Scheme { vars: vec![var_id(&a), var_id(&r)], ty, broadcasts: Vec::new() }
+        let ty = Ty::fun(Ty::fun(Ty::unit(), a.clone(), Ty::shifts(a.clone())), a.clone(), r.clone());
+        Scheme { vars: vec![var_id(&a), var_id(&r)], ty, constraints: Vec::new() }
     } else {
         let (a, b, r1) = (v(sub), v(sub), v(sub));
         let k = Ty::fun(b.clone(), a.clone(), r1.clone());
-        let ty = Ty::fun(Ty::fun(k, a.clone(), a.clone()), b.clone(), a.clone());
-        Scheme { vars: vec![var_id(&a), var_id(&b), var_id(&r1)], ty, broadcasts: Vec::new() }
+        let ty = Ty::fun(Ty::fun(k, a.clone(), Ty::shifts(a.clone())), b.clone(), Ty::shifts(a.clone()));
+        Scheme { vars: vec![var_id(&a), var_id(&b), var_id(&r1)], ty, constraints: Vec::new() }
     }
 }
 
@@ -304,11 +306,11 @@ impl Checker {
             let cls = self.subst.class_of(*v);
             map.insert(*v, self.subst.fresh_with(self.level, cls));
         }
-        for k in &s.broadcasts {
-            let (a, b, c) = (self.copy_ty(&k.a, &map), self.copy_ty(&k.b, &map), self.copy_ty(&k.c, &map));
+        for k in &s.constraints {
+            let rule = k.rule.map(|t| self.copy_ty(t, &map));
             // A scheme's constraints were satisfiable when it was made, and instantiation
             // only renames their variables, so this cannot fail.
-            let _ = self.subst.add_broadcast(a, b, c, k.origin, k.op);
+            let _ = self.subst.add(rule, k.origin);
         }
         self.copy_ty(&s.ty, &map)
     }
@@ -335,21 +337,20 @@ impl Checker {
         }
     }
     /// Quantifies the variables of `t` that belong to the `let` being closed (their level is
-    /// above the current one), with the broadcast constraints that mention them: those move
-    /// into the scheme, and every use gets its own copy.
+    /// above the current one), with the constraints that mention them: those move into the
+    /// scheme, and every use gets its own copy.
     fn generalize(&mut self, t: &Ty) -> Scheme {
         let mut vars = Vec::new();
         free_vars(&self.subst, t, &mut vars);
         vars.retain(|v| self.subst.level_of(*v) > self.level);
-        let mut broadcasts = Vec::new();
+        let mut ids = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut i = 0;
         while i < vars.len() {
-            let pending: Vec<u32> = self.subst.pending_on(vars[i]).collect();
+            let pending: Vec<u32> = self.subst.pending_on(vars[i]).filter(|id| seen.insert(*id)).collect();
             for id in pending {
-                let k = self.subst.broadcast(id).clone();
-                self.subst.consume(id);
                 let mut more = Vec::new();
-                for t in [&k.a, &k.b, &k.c] {
+                for t in self.subst.constraint(id).rule.types() {
                     free_vars(&self.subst, t, &mut more);
                 }
                 for v in more {
@@ -357,12 +358,39 @@ impl Checker {
                         vars.push(v);
                     }
                 }
-                let r = |t: &Ty| self.subst.resolve(t);
-                broadcasts.push(Broadcast { a: r(&k.a), b: r(&k.b), c: r(&k.c), ..k });
+                ids.push(id);
             }
             i += 1;
         }
-        Scheme { vars, ty: self.subst.resolve(t), broadcasts }
+        // `l ⊑ u` with `l` belonging to an outer `let` keeps `u` there too: `l` may still
+        // become `shifts t`, and then `u` must follow, in every use of the scheme.
+        loop {
+            let pinned = ids.iter().find_map(|&id| match &self.subst.constraint(id).rule {
+                Rule::Answer { lower, upper } => match (self.subst.prune(lower), self.subst.prune(upper)) {
+                    (Ty::Var(l), Ty::Var(u)) if !vars.contains(&l) && vars.contains(&u) => Some(u),
+                    _ => None,
+                },
+                Rule::Broadcast { .. } => None,
+            });
+            let Some(u) = pinned else { break };
+            vars.retain(|v| *v != u);
+            self.subst.keep_at(u, self.level);
+        }
+        let mut constraints = Vec::new();
+        for id in ids {
+            let k = self.subst.constraint(id);
+            let mut mentioned = Vec::new();
+            for t in k.rule.types() {
+                free_vars(&self.subst, t, &mut mentioned);
+            }
+            if !mentioned.iter().any(|v| vars.contains(v)) {
+                continue;
+            }
+            let k = Constraint { rule: k.rule.map(|t| self.subst.resolve(t)), ..k.clone() };
+            self.subst.consume(id);
+            constraints.push(k);
+        }
+        Scheme { vars, ty: self.subst.resolve(t), constraints }
     }
 
     /// The scheme of a `let`-bound name: generalised when the bound expression is a syntactic
@@ -438,11 +466,20 @@ impl Checker {
                 }
                 return d;
             }
+            UnifyError::Answer(id, callee, context) => {
+                let k = self.subst.constraint(id);
+                return answer_mismatch(&mut p, &self.subst, k.origin, &callee, &context)
+                    .label(span, format!("this has type `{fnd}`, which fixes them"));
+            }
             UnifyError::Broadcast(id, x, y) => {
-                let k = self.subst.broadcast(id);
+                let k = self.subst.constraint(id);
+                let op = match k.rule {
+                    Rule::Broadcast { op, .. } => op,
+                    Rule::Answer { .. } => "arithmetic",
+                };
                 let (sx, sy) = (p.show(&self.subst, &x), p.show(&self.subst, &y));
-                let mut d = Diagnostic::error(Phase::Type, format!("`{}` cannot combine `{sx}` with `{sy}`", k.op))
-                    .label(k.origin, format!("this `{}` has operands of types `{sx}` and `{sy}`", k.op))
+                let mut d = Diagnostic::error(Phase::Type, format!("`{op}` cannot combine `{sx}` with `{sy}`"))
+                    .label(k.origin, format!("this `{op}` has operands of types `{sx}` and `{sy}`"))
                     .label(span, format!("this has type `{fnd}`, which fixes them"))
                     .note("arithmetic combines two Ints, two Floats, two Tensors, or a Float with a Tensor");
                 if (sx == "Int" && sy == "Float") || (sx == "Float" && sy == "Int") {
@@ -643,7 +680,7 @@ impl Checker {
                         type_name: ident.clone(),
                         tag: tag as u32,
                         arity: v.args.len() as u32,
-                        scheme: Scheme { vars, ty, broadcasts: Vec::new() },
+                        scheme: Scheme { vars, ty, constraints: Vec::new() },
                         siblings: siblings.clone(),
                     });
                 }
@@ -820,7 +857,7 @@ impl Checker {
 
     /// A scheme rendered with its constraints (`Real a => a -> a`).
     pub fn show_scheme(&self, s: &Scheme) -> String {
-        Printer::default().show_constrained(&self.subst, &s.ty, &s.broadcasts)
+        Printer::default().show_constrained(&self.subst, &s.ty, &s.constraints)
     }
 
     fn new_global(&mut self, name: &str) -> u32 {
@@ -1264,7 +1301,7 @@ impl Checker {
         for a in &args[..n] {
             let (ca, ta) = self.infer(a)?;
             let Ty::Fun(p, r, _) = self.subst.prune(&ft) else { unreachable!("constructor type has arity arrows") };
-            self.unify_at(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))))?;
+            self.unify_arg(&p, &ta, a.span, Some((cspan, &format!("`{c}` expects"))), false)?;
             cargs.push(ca);
             ft = (*r).clone();
         }
@@ -1322,19 +1359,16 @@ impl Checker {
         for a in args {
             let (ca, ta) = self.infer(a)?;
             let fpruned = self.subst.prune(&ft);
-            if let Ty::Fun(p, res, answer) = &fpruned {
-                if cargs.is_empty() && self.is_builtin(head, "reset") {
-                    self.check_reset_body(&ta, a.span)?;
-                }
-                self.unify_at(p, &ta, a.span, Some((head.span, "this function expects")))?;
-                self.unify_answer(answer, head, sp)?;
+            if let Ty::Fun(p, res, effect) = &fpruned {
+                let reset = cargs.is_empty() && self.is_builtin(head, "reset");
+                self.unify_arg(p, &ta, a.span, Some((head.span, "this function expects")), reset)?;
+                self.call_effect(effect, head, sp)?;
                 ft = (**res).clone();
                 cargs.push(ca);
                 continue;
             }
-            let r = self.fresh();
-            let answer = if self.at_top { self.fresh() } else { self.answer.clone() };
-            let want = Ty::fun(ta.clone(), r.clone(), answer);
+            let (r, effect) = (self.fresh(), self.fresh());
+            let want = Ty::fun(ta.clone(), r.clone(), effect.clone());
             if let Err(e) = self.subst.unify(&fpruned, &want) {
                 let shown = self.show(&fpruned);
                 if matches!(fpruned, Ty::Var(_)) {
@@ -1344,6 +1378,7 @@ impl Checker {
                     .label(head.span, format!("has type `{shown}`"))
                     .label(a.span, "but it is applied to this argument"));
             }
+            self.call_effect(&effect, head, sp)?;
             ft = r;
             cargs.push(ca);
         }
@@ -1360,45 +1395,59 @@ impl Checker {
         }
     }
 
-    /// `reset f`: what `f` returns and what the `shift`s in it return must agree. Said in
-    /// those words when they do not (a plain mismatch of `f`'s type otherwise).
-    fn check_reset_body(&mut self, body: &Ty, span: Span) -> R<()> {
-        let Ty::Fun(_, produced, shifted) = self.subst.prune(body) else { return Ok(()) };
-        if self.subst.unify(&produced, &shifted).is_ok() {
-            return Ok(());
+    /// Unifies an argument's type with the parameter's, except that a function argument may
+    /// have a lesser answer effect than the parameter's (a function that shifts to no outer
+    /// `reset` is accepted where one that may shift is expected). For `reset`'s argument a
+    /// mismatch of effects is said in `reset`'s words.
+    fn unify_arg(&mut self, param: &Ty, arg: &Ty, span: Span, other: Option<(Span, &str)>, reset: bool) -> R<()> {
+        let (Ty::Fun(p, r, upper), Ty::Fun(_, _, lower)) = (self.subst.prune(param), self.subst.prune(arg)) else {
+            return self.unify_at(param, arg, span, other);
+        };
+        let same_effect = Ty::Fun(p, r, lower.clone());
+        self.unify_at(&same_effect, arg, span, other)?;
+        let rule = Rule::Answer { lower: (*lower).clone(), upper: (*upper).clone() };
+        match self.subst.add(rule, span) {
+            Ok(()) => Ok(()),
+            Err(UnifyError::Answer(_, shifted, produced)) if reset => {
+                let mut p = Printer::default();
+                let (sp, ss) = (p.show(&self.subst, &produced), p.show(&self.subst, &shifted));
+                Err(Diagnostic::error(
+                    Phase::Type,
+                    format!(
+                        "answer type mismatch: this `reset`'s body produces `{sp}`, but a `shift` in it returns `{ss}`"
+                    ),
+                )
+                .label(span, format!("this produces `{sp}`, and a `shift` reached from it returns `{ss}`"))
+                .note("the body of a `shift` must return the type that its enclosing `reset` produces"))
+            }
+            Err(e) => Err(self.unify_error(e, param, arg, span, other)),
         }
-        let mut p = Printer::default();
-        let (sp, ss) = (p.show(&self.subst, &produced), p.show(&self.subst, &shifted));
-        Err(Diagnostic::error(
-            Phase::Type,
-            format!("answer type mismatch: this `reset`'s body produces `{sp}`, but a `shift` in it returns `{ss}`"),
-        )
-        .label(span, format!("this produces `{sp}`, and a `shift` reached from it returns `{ss}`"))
-        .note("the body of a `shift` must return the type that its enclosing `reset` produces"))
     }
 
-    /// A call runs the callee's body in the current context: the answer type the callee's
-    /// `shift`s expect must be the one the `reset` around this call produces.
-    fn unify_answer(&mut self, callee: &Ty, head: &Expr, sp: Span) -> R<()> {
+    /// A call runs the callee's body in the current context: once the callee's effect says
+    /// its `shift`s expect a `reset` producing some type, the `reset` around this call must
+    /// produce that type (a call at the top level of a file is under no `reset`, and a
+    /// `shift` reached from it is a run-time error).
+    fn call_effect(&mut self, effect: &Ty, head: &Expr, sp: Span) -> R<()> {
         if self.at_top {
             return Ok(());
         }
         let here = self.answer.clone();
-        self.subst.unify(callee, &here).map_err(|e| {
-            let mut p = Printer::default();
-            let (want, have) = (p.show(&self.subst, callee), p.show(&self.subst, &here));
-            let d = Diagnostic::error(
-                Phase::Type,
-                format!("answer type mismatch: a `shift` in this call returns `{want}`, but the `reset` around it produces `{have}`"),
-            )
-            .label(head.span, format!("this call may `shift` to a `reset` that produces `{want}`"))
-            .label(sp, format!("the `reset` around this call produces `{have}`"))
-            .note("the body of a `shift` must return the type that its enclosing `reset` produces");
-            match e {
-                UnifyError::Occurs(..) | UnifyError::Mismatch(..) => d,
-                other => self.unify_error(other, callee, &here, sp, None),
+        match self.subst.add(Rule::Answer { lower: effect.clone(), upper: here.clone() }, sp) {
+            Ok(()) => Ok(()),
+            Err(UnifyError::Answer(_, want, have)) => {
+                let mut p = Printer::default();
+                let (want, have) = (p.show(&self.subst, &want), p.show(&self.subst, &have));
+                Err(Diagnostic::error(
+                    Phase::Type,
+                    format!("answer type mismatch: a `shift` in this call returns `{want}`, but the `reset` around it produces `{have}`"),
+                )
+                .label(head.span, format!("this call may `shift` to a `reset` that produces `{want}`"))
+                .label(sp, format!("the `reset` around this call produces `{have}`"))
+                .note("the body of a `shift` must return the type that its enclosing `reset` produces"))
             }
-        })
+            Err(e) => Err(self.unify_error(e, effect, &here, sp, None)),
+        }
     }
 
     #[inline(never)]
@@ -1420,7 +1469,8 @@ impl Checker {
                     _ => Prim::Pow,
                 };
                 let result = self.fresh();
-                if let Err(e) = self.subst.add_broadcast(ta.clone(), tb.clone(), result.clone(), opspan, op.symbol()) {
+                let rule = Rule::Broadcast { a: ta.clone(), b: tb.clone(), c: result.clone(), op: op.symbol() };
+                if let Err(e) = self.subst.add(rule, opspan) {
                     return Err(self.arith_error(e, op.symbol(), opspan, (a.span, &ta), (b.span, &tb)));
                 }
                 (prim(p, result.clone(), ca, cb), result)
@@ -1880,4 +1930,16 @@ fn edit_distance(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// A deferred answer constraint that failed: a `shift` reached from `at` returns `callee`,
+/// but the `reset` around it produces `context`.
+fn answer_mismatch(p: &mut Printer, s: &Subst, at: Span, callee: &Ty, context: &Ty) -> Diagnostic {
+    let (want, have) = (p.show(s, callee), p.show(s, context));
+    Diagnostic::error(
+        Phase::Type,
+        format!("answer type mismatch: a `shift` reached from here returns `{want}`, but the `reset` around it produces `{have}`"),
+    )
+    .label(at, format!("a `shift` reached from here returns `{want}`; the `reset` around it produces `{have}`"))
+    .note("the body of a `shift` must return the type that its enclosing `reset` produces")
 }

@@ -55,11 +55,13 @@ pub mod class {
 pub enum Ty {
     Var(u32),
     Con(Rc<str>, Rc<[Ty]>),
-    /// `a -> b` run in a context whose `reset` produces the third type (its answer type):
-    /// a function whose body `shift`s to an enclosing `reset` can only be called where that
-    /// `reset` produces what the `shift` returns (Danvy and Filinski's typing, without
-    /// answer-type modification). A function that shifts to no outer `reset` has a free
-    /// variable there, and `Printer` hides such variables.
+    /// `a -> b` with an answer effect, the third component: either `Ty::shifts(t)` — the
+    /// body may `shift` to an enclosing `reset` that produces a `t`, so the function can only
+    /// be called where the `reset` around the call produces a `t` (Danvy and Filinski's
+    /// typing, without answer-type modification) — or a variable, which stands for "shifts to
+    /// no outer `reset`" unless a constraint makes it `shifts t`. Calls relate effects by
+    /// `Rule::Answer` (subeffecting), not by equality, so a pure function can be called both
+    /// inside and outside a `reset`. `Printer` hides variable effects.
     Fun(Rc<Ty>, Rc<Ty>, Rc<Ty>),
     Tuple(Rc<[Ty]>),
     /// A record: its argument is a row.
@@ -104,6 +106,17 @@ impl Ty {
     pub fn fun(a: Ty, b: Ty, answer: Ty) -> Ty {
         Ty::Fun(Rc::new(a), Rc::new(b), Rc::new(answer))
     }
+    /// The effect of a function that `shift`s to a `reset` producing `t`.
+    pub fn shifts(t: Ty) -> Ty {
+        Ty::Con(SHIFTS.into(), Rc::from([t]))
+    }
+    /// The answer type of a `shifts` effect.
+    pub fn shift_answer(&self) -> Option<&Ty> {
+        match self {
+            Ty::Con(n, args) if &**n == SHIFTS && args.len() == 1 => Some(&args[0]),
+            _ => None,
+        }
+    }
     pub fn is_con(&self, name: &str) -> bool {
         matches!(self, Ty::Con(n, args) if &**n == name && args.is_empty())
     }
@@ -111,14 +124,19 @@ impl Ty {
 
 /// The name of `Ty::error()`, which no declared type can have.
 const ERROR_TYPE: &str = "?";
+/// The name of `Ty::shifts`'s effects, which no declared type can have either.
+const SHIFTS: &str = "#shifts";
 
 #[derive(Clone, Debug)]
 struct VarInfo {
     link: Option<Ty>,
     level: u32,
     class: u8,
-    /// Broadcast constraints to look at again when this variable is bound or constrained.
+    /// Constraints to look at again when this variable is bound or constrained.
     waiting: Vec<u32>,
+    /// Answer constraints with this variable as their upper side (which do not wait on it,
+    /// but move into the same type scheme).
+    bounds: Vec<u32>,
     /// Where the variable was bound to a type that is not a variable (for messages).
     fixed_at: Option<Span>,
 }
@@ -132,28 +150,57 @@ pub enum UnifyError {
     Class(u8, Ty),
     /// A broadcast constraint (by index) has no solution: its operand types, as they stand.
     Broadcast(u32, Ty, Ty),
+    /// An answer constraint (by index) fails: a `shift` reached from a call returns the
+    /// first type, and the `reset` around the call produces the second.
+    Answer(u32, Ty, Ty),
 }
 
-/// `Broadcast a b c`: arithmetic (`+ - * / **`) on an `a` and a `b` gives a `c`. Its ground
-/// instances are `(Int, Int, Int)`, `(Float, Float, Float)`, `(Tensor, Tensor, Tensor)`,
-/// `(Float, Tensor, Tensor)` and `(Tensor, Float, Tensor)`. The constraint waits on its
-/// variables and is solved (or refined) as soon as what is known of them decides it, so the
-/// result never depends on the order in which the checker meets the program's parts.
+/// A constraint that waits on its variables and is solved (or refined) as soon as what is
+/// known of them decides it, so the result never depends on the order in which the checker
+/// meets the program's parts. Undecided ones move into type schemes with their variables.
 #[derive(Clone, Debug)]
-pub struct Broadcast {
-    pub a: Ty,
-    pub b: Ty,
-    pub c: Ty,
-    /// The operator's source position (for messages).
+pub struct Constraint {
+    pub rule: Rule,
+    /// The operator or call it comes from (for messages).
     pub origin: Span,
-    pub op: &'static str,
     pub solved: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum Rule {
+    /// `Broadcast a b c`: arithmetic (`op`: `+ - * / **`) on an `a` and a `b` gives a `c`.
+    /// Its ground instances are `(Int, Int, Int)`, `(Float, Float, Float)`, `(Tensor, Tensor,
+    /// Tensor)`, `(Float, Tensor, Tensor)` and `(Tensor, Float, Tensor)`.
+    Broadcast { a: Ty, b: Ty, c: Ty, op: &'static str },
+    /// `lower ⊑ upper` between answer effects: a call of a function with effect `lower`
+    /// where the context's effect is `upper` (or a function of effect `lower` passed where
+    /// one of effect `upper` is expected). Once `lower` is `shifts t`, `upper` must be
+    /// `shifts t` too; while `lower` is a variable nothing is required, and a variable left
+    /// at the end means "shifts to no outer `reset`", which satisfies every such constraint.
+    Answer { lower: Ty, upper: Ty },
+}
+
+impl Rule {
+    /// The types the rule relates.
+    pub fn types(&self) -> Vec<&Ty> {
+        match self {
+            Rule::Broadcast { a, b, c, .. } => vec![a, b, c],
+            Rule::Answer { lower, upper } => vec![lower, upper],
+        }
+    }
+    /// The same rule over other types (`f` maps each of `types()`).
+    pub fn map(&self, mut f: impl FnMut(&Ty) -> Ty) -> Rule {
+        match self {
+            Rule::Broadcast { a, b, c, op } => Rule::Broadcast { a: f(a), b: f(b), c: f(c), op },
+            Rule::Answer { lower, upper } => Rule::Answer { lower: f(lower), upper: f(upper) },
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct Subst {
     vars: Vec<VarInfo>,
-    broadcasts: Vec<Broadcast>,
+    constraints: Vec<Constraint>,
     /// Constraints woken by bindings, not yet looked at.
     woken: Vec<u32>,
     /// The source position of the unification under way, recorded in the variables it binds.
@@ -165,7 +212,7 @@ impl Subst {
         self.fresh_with(level, 0)
     }
     pub fn fresh_with(&mut self, level: u32, class: u8) -> Ty {
-        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new(), fixed_at: None });
+        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new(), bounds: Vec::new(), fixed_at: None });
         Ty::Var((self.vars.len() - 1) as u32)
     }
     pub fn level_of(&self, v: u32) -> u32 {
@@ -173,6 +220,11 @@ impl Subst {
     }
     pub fn class_of(&self, v: u32) -> u8 {
         self.vars[v as usize].class
+    }
+    /// Lowers a variable's level (it must not be generalised by the `let` being closed).
+    pub fn keep_at(&mut self, v: u32, level: u32) {
+        let vi = &mut self.vars[v as usize];
+        vi.level = vi.level.min(level);
     }
     /// Lowers the level of every variable of `t` to at most `level`, so that none of them is
     /// generalised by an enclosing `let` (the value restriction: a non-value's type is shared
@@ -257,6 +309,8 @@ impl Subst {
             let ti = &mut self.vars[to as usize];
             ti.level = ti.level.min(lv);
             self.vars[from as usize].link = Some(Ty::Var(to));
+            let bounds = std::mem::take(&mut self.vars[from as usize].bounds);
+            self.vars[to as usize].bounds.extend(bounds);
             self.wake(from);
             return self.require_class_inner(cv, &Ty::Var(to));
         }
@@ -383,36 +437,40 @@ impl Subst {
         Ok(())
     }
 
-    // ------------------------------------------------------------ broadcast constraints
+    // ------------------------------------------------------------ deferred constraints
 
-    /// Adds `Broadcast a b c` (the types of an arithmetic operation's operands and result)
-    /// and solves as much of it as is known now.
-    pub fn add_broadcast(&mut self, a: Ty, b: Ty, c: Ty, origin: Span, op: &'static str) -> Result<(), UnifyError> {
-        self.broadcasts.push(Broadcast { a, b, c, origin, op, solved: false });
-        self.woken.push((self.broadcasts.len() - 1) as u32);
+    /// Adds a constraint and solves as much of it as is known now.
+    pub fn add(&mut self, rule: Rule, origin: Span) -> Result<(), UnifyError> {
+        self.constraints.push(Constraint { rule, origin, solved: false });
+        self.woken.push((self.constraints.len() - 1) as u32);
         self.flush()
     }
 
-    pub fn broadcast(&self, id: u32) -> &Broadcast {
-        &self.broadcasts[id as usize]
+    pub fn constraint(&self, id: u32) -> &Constraint {
+        &self.constraints[id as usize]
     }
 
-    /// The unsolved broadcast constraints waiting on variable `v`.
+    /// The unsolved constraints that mention variable `v`.
     pub fn pending_on(&self, v: u32) -> impl Iterator<Item = u32> + '_ {
-        self.vars[v as usize].waiting.iter().copied().filter(|&i| !self.broadcasts[i as usize].solved)
+        let vi = &self.vars[v as usize];
+        vi.waiting.iter().chain(vi.bounds.iter()).copied().filter(|&i| !self.constraints[i as usize].solved)
     }
 
     /// Marks a constraint as taken over by a type scheme (its instances carry it from now on).
     pub fn consume(&mut self, id: u32) {
-        self.broadcasts[id as usize].solved = true;
+        self.constraints[id as usize].solved = true;
     }
 
     /// Looks at every woken constraint again until none is left.
     fn flush(&mut self) -> Result<(), UnifyError> {
         while let Some(id) = self.woken.pop() {
             // What a constraint decides, its operator decided.
-            let outer = self.origin.replace(self.broadcasts[id as usize].origin);
-            let r = self.solve(id);
+            let outer = self.origin.replace(self.constraints[id as usize].origin);
+            let r = match self.constraints[id as usize].rule.clone() {
+                _ if self.constraints[id as usize].solved => Ok(()),
+                Rule::Broadcast { a, b, c, .. } => self.solve_broadcast(id, &a, &b, &c),
+                Rule::Answer { lower, upper } => self.solve_answer(id, &lower, &upper),
+            };
             self.origin = outer;
             if let Err(e) = r {
                 self.woken.clear();
@@ -422,12 +480,38 @@ impl Subst {
         Ok(())
     }
 
-    fn solve(&mut self, id: u32) -> Result<(), UnifyError> {
-        let k = &self.broadcasts[id as usize];
-        if k.solved {
-            return Ok(());
+    fn solve_answer(&mut self, id: u32, lower: &Ty, upper: &Ty) -> Result<(), UnifyError> {
+        let (lower, upper) = (self.prune(lower), self.prune(upper));
+        match &lower {
+            Ty::Var(_) if upper == lower => {
+                self.constraints[id as usize].solved = true;
+                Ok(())
+            }
+            Ty::Var(v) => {
+                self.vars[*v as usize].waiting.push(id);
+                if let Ty::Var(u) = upper {
+                    self.vars[u as usize].bounds.push(id);
+                }
+                Ok(())
+            }
+            _ => {
+                self.constraints[id as usize].solved = true;
+                if lower.shift_answer().is_none() {
+                    return Ok(()); // the error type
+                }
+                self.unify_inner(&upper, &lower).map_err(|e| match e {
+                    UnifyError::Mismatch(..) | UnifyError::Occurs(..) => {
+                        let answer = |t: &Ty| t.shift_answer().map_or_else(|| self.resolve(t), |a| self.resolve(a));
+                        UnifyError::Answer(id, answer(&lower), answer(&upper))
+                    }
+                    e => e,
+                })
+            }
         }
-        let (a, b, c) = (self.prune(&k.a), self.prune(&k.b), self.prune(&k.c));
+    }
+
+    fn solve_broadcast(&mut self, id: u32, a: &Ty, b: &Ty, c: &Ty) -> Result<(), UnifyError> {
+        let (a, b, c) = (self.prune(a), self.prune(b), self.prune(c));
         let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
         let head = |t: &Ty| match t {
             Ty::Var(_) => Some(None),
@@ -445,7 +529,7 @@ impl Subst {
             return Err(UnifyError::Class(class::NUM, bad));
         };
         let is = |h: &Option<Rc<str>>, n: &str| h.as_deref() == Some(n);
-        self.broadcasts[id as usize].solved = true;
+        self.constraints[id as usize].solved = true;
         if a.is_error() || b.is_error() || c.is_error() {
             return Ok(());
         }
@@ -466,7 +550,7 @@ impl Subst {
             self.unify_inner(&a, &c).and_then(|_| self.require_class_inner(class::NUM, &a))
         } else {
             // Not decided yet: refine the classes and wait for the variables.
-            self.broadcasts[id as usize].solved = false;
+            self.constraints[id as usize].solved = false;
             let real = [&a, &b, &c].iter().any(|t| match t {
                 Ty::Var(v) => self.vars[*v as usize].class & class::REAL != 0,
                 _ => true, // a Tensor result
@@ -580,32 +664,6 @@ impl Subst {
     }
 }
 
-/// The variables of a resolved type outside answer-type positions, and those of answer types
-/// that are not bare variables (which say something about the context they constrain).
-fn value_position_vars(t: &Ty, out: &mut Vec<u32>) {
-    match t {
-        Ty::Var(v) => {
-            if !out.contains(v) {
-                out.push(*v)
-            }
-        }
-        Ty::Con(_, a) | Ty::Tuple(a) => a.iter().for_each(|x| value_position_vars(x, out)),
-        Ty::Fun(a, b, r) => {
-            value_position_vars(a, out);
-            value_position_vars(b, out);
-            if !matches!(**r, Ty::Var(_)) {
-                value_position_vars(r, out);
-            }
-        }
-        Ty::Record(r) => value_position_vars(r, out),
-        Ty::RowEmpty => {}
-        Ty::RowExt(_, a, r) => {
-            value_position_vars(a, out);
-            value_position_vars(r, out)
-        }
-    }
-}
-
 /// The unbound variables of a type, in order of first appearance, appended to `out`.
 pub fn free_vars(s: &Subst, t: &Ty, out: &mut Vec<u32>) {
     match s.prune(t) {
@@ -646,13 +704,13 @@ fn row_tail(s: &Subst, r: &Ty) -> Option<u32> {
 pub struct Scheme {
     pub vars: Vec<u32>,
     pub ty: Ty,
-    /// Broadcast constraints among the quantified variables (copied at each instantiation).
-    pub broadcasts: Vec<Broadcast>,
+    /// Constraints among the quantified variables (copied at each instantiation).
+    pub constraints: Vec<Constraint>,
 }
 
 impl Scheme {
     pub fn mono(ty: Ty) -> Scheme {
-        Scheme { vars: Vec::new(), ty, broadcasts: Vec::new() }
+        Scheme { vars: Vec::new(), ty, constraints: Vec::new() }
     }
 }
 
@@ -661,15 +719,11 @@ impl Scheme {
 #[derive(Default)]
 pub struct Printer {
     names: HashMap<u32, String>,
-    /// Variables met outside answer-type positions in what this printer shows; an answer
-    /// type that is a variable not among them is hidden (`a -> b` rather than `a -[c]-> b`).
-    shown_vars: Vec<u32>,
 }
 
 impl Printer {
     pub fn show(&mut self, s: &Subst, t: &Ty) -> String {
         let t = s.resolve(t);
-        value_position_vars(&t, &mut self.shown_vars);
         let mut out = String::new();
         self.go(s, &t, &mut out, 0);
         out
@@ -678,13 +732,15 @@ impl Printer {
     /// A type with the constraints on its variables in front: `Real a => a -> a`. The
     /// broadcast constraints shown are `own` (a scheme's) and those still pending on the
     /// type's variables.
-    pub fn show_constrained(&mut self, s: &Subst, t: &Ty, own: &[Broadcast]) -> String {
+    pub fn show_constrained(&mut self, s: &Subst, t: &Ty, own: &[Constraint]) -> String {
         let body = self.show(s, t);
         let mut vars = Vec::new();
         free_vars(s, &s.resolve(t), &mut vars);
         let mut shown: Vec<(Ty, Ty, Ty)> = Vec::new();
-        let add = |k: &Broadcast, shown: &mut Vec<(Ty, Ty, Ty)>| {
-            let key = (s.resolve(&k.a), s.resolve(&k.b), s.resolve(&k.c));
+        // Answer constraints go unsaid, as effect variables do.
+        let add = |k: &Constraint, shown: &mut Vec<(Ty, Ty, Ty)>| {
+            let Rule::Broadcast { a, b, c, .. } = &k.rule else { return };
+            let key = (s.resolve(a), s.resolve(b), s.resolve(c));
             if !shown.contains(&key) {
                 shown.push(key);
             }
@@ -696,7 +752,7 @@ impl Printer {
         while i < vars.len() {
             let v = vars[i];
             for id in s.pending_on(v) {
-                add(s.broadcast(id), &mut shown);
+                add(s.constraint(id), &mut shown);
             }
             for (a, b, c) in shown.clone() {
                 for t in [a, b, c] {
@@ -780,13 +836,13 @@ impl Printer {
                     out.push('(');
                 }
                 self.go(s, a, out, 1);
-                match &**r {
-                    Ty::Var(v) if !self.shown_vars.contains(v) => out.push_str(" -> "),
-                    _ => {
+                match r.shift_answer() {
+                    Some(answer) => {
                         out.push_str(" -[");
-                        self.go(s, r, out, 0);
+                        self.go(s, answer, out, 0);
                         out.push_str("]-> ");
                     }
+                    None => out.push_str(" -> "),
                 }
                 self.go(s, b, out, 0);
                 if prec >= 1 {
