@@ -362,30 +362,12 @@ impl Checker {
             }
             i += 1;
         }
-        // `l ⊑ u` with `l` belonging to an outer `let` keeps `u` there too: `l` may still
-        // become `shifts t`, and then `u` must follow, in every use of the scheme.
-        loop {
-            let pinned = ids.iter().find_map(|&id| match &self.subst.constraint(id).rule {
-                Rule::Answer { lower, upper } => match (self.subst.prune(lower), self.subst.prune(upper)) {
-                    (Ty::Var(l), Ty::Var(u)) if !vars.contains(&l) && vars.contains(&u) => Some(u),
-                    _ => None,
-                },
-                Rule::Broadcast { .. } => None,
-            });
-            let Some(u) = pinned else { break };
-            vars.retain(|v| *v != u);
-            self.subst.keep_at(u, self.level);
-        }
+        // A constraint that also mentions outer variables moves into the scheme too: each
+        // instance then relates its own copies to the same outer variables (`h`'s effect in
+        // `let h = fun () -> g () in …` stays at least that of the enclosing function's `g`).
         let mut constraints = Vec::new();
         for id in ids {
             let k = self.subst.constraint(id);
-            let mut mentioned = Vec::new();
-            for t in k.rule.types() {
-                free_vars(&self.subst, t, &mut mentioned);
-            }
-            if !mentioned.iter().any(|v| vars.contains(v)) {
-                continue;
-            }
             let k = Constraint { rule: k.rule.map(|t| self.subst.resolve(t)), ..k.clone() };
             self.subst.consume(id);
             constraints.push(k);

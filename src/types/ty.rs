@@ -134,9 +134,6 @@ struct VarInfo {
     class: u8,
     /// Constraints to look at again when this variable is bound or constrained.
     waiting: Vec<u32>,
-    /// Answer constraints with this variable as their upper side (which do not wait on it,
-    /// but move into the same type scheme).
-    bounds: Vec<u32>,
     /// Where the variable was bound to a type that is not a variable (for messages).
     fixed_at: Option<Span>,
 }
@@ -212,7 +209,7 @@ impl Subst {
         self.fresh_with(level, 0)
     }
     pub fn fresh_with(&mut self, level: u32, class: u8) -> Ty {
-        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new(), bounds: Vec::new(), fixed_at: None });
+        self.vars.push(VarInfo { link: None, level, class, waiting: Vec::new(), fixed_at: None });
         Ty::Var((self.vars.len() - 1) as u32)
     }
     pub fn level_of(&self, v: u32) -> u32 {
@@ -220,11 +217,6 @@ impl Subst {
     }
     pub fn class_of(&self, v: u32) -> u8 {
         self.vars[v as usize].class
-    }
-    /// Lowers a variable's level (it must not be generalised by the `let` being closed).
-    pub fn keep_at(&mut self, v: u32, level: u32) {
-        let vi = &mut self.vars[v as usize];
-        vi.level = vi.level.min(level);
     }
     /// Lowers the level of every variable of `t` to at most `level`, so that none of them is
     /// generalised by an enclosing `let` (the value restriction: a non-value's type is shared
@@ -309,8 +301,6 @@ impl Subst {
             let ti = &mut self.vars[to as usize];
             ti.level = ti.level.min(lv);
             self.vars[from as usize].link = Some(Ty::Var(to));
-            let bounds = std::mem::take(&mut self.vars[from as usize].bounds);
-            self.vars[to as usize].bounds.extend(bounds);
             self.wake(from);
             return self.require_class_inner(cv, &Ty::Var(to));
         }
@@ -452,8 +442,7 @@ impl Subst {
 
     /// The unsolved constraints that mention variable `v`.
     pub fn pending_on(&self, v: u32) -> impl Iterator<Item = u32> + '_ {
-        let vi = &self.vars[v as usize];
-        vi.waiting.iter().chain(vi.bounds.iter()).copied().filter(|&i| !self.constraints[i as usize].solved)
+        self.vars[v as usize].waiting.iter().copied().filter(|&i| !self.constraints[i as usize].solved)
     }
 
     /// Marks a constraint as taken over by a type scheme (its instances carry it from now on).
@@ -487,10 +476,14 @@ impl Subst {
                 self.constraints[id as usize].solved = true;
                 Ok(())
             }
-            Ty::Var(v) => {
-                self.vars[*v as usize].waiting.push(id);
-                if let Ty::Var(u) = upper {
-                    self.vars[u as usize].bounds.push(id);
+            Ty::Var(_) => {
+                // It waits on `lower`, and is found from every variable of `upper` too, so
+                // that a type scheme quantifying one of them takes the constraint along.
+                let mut vars = vec![];
+                free_vars(self, &lower, &mut vars);
+                free_vars(self, &upper, &mut vars);
+                for v in vars {
+                    self.vars[v as usize].waiting.push(id);
                 }
                 Ok(())
             }
