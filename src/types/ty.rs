@@ -712,21 +712,84 @@ impl Scheme {
 #[derive(Default)]
 pub struct Printer {
     names: HashMap<u32, String>,
+    /// Answer constraints `lower ⊑ upper` whose lower side is a variable, by that variable:
+    /// an effect variable bounded by `shifts t` is shown as `-[t]->` (the function may shift
+    /// to a `reset` producing a `t`, and to no other).
+    bounds: HashMap<u32, Vec<Ty>>,
 }
 
 impl Printer {
     pub fn show(&mut self, s: &Subst, t: &Ty) -> String {
+        self.show_with(s, t, &[])
+    }
+
+    fn show_with(&mut self, s: &Subst, t: &Ty, own: &[Constraint]) -> String {
         let t = s.resolve(t);
+        self.learn_bounds(s, &t, own);
         let mut out = String::new();
         self.go(s, &t, &mut out, 0);
         out
+    }
+
+    /// Records the answer constraints on the effect variables of `t` (and of their bounds).
+    fn learn_bounds(&mut self, s: &Subst, t: &Ty, own: &[Constraint]) {
+        let add = |bounds: &mut HashMap<u32, Vec<Ty>>, k: &Constraint| {
+            if let Rule::Answer { lower, upper } = &k.rule {
+                if let Ty::Var(l) = s.prune(lower) {
+                    let ups = bounds.entry(l).or_default();
+                    let u = s.resolve(upper);
+                    if !ups.contains(&u) {
+                        ups.push(u);
+                    }
+                }
+            }
+        };
+        for k in own {
+            add(&mut self.bounds, k);
+        }
+        let mut vars = Vec::new();
+        free_vars(s, t, &mut vars);
+        let mut i = 0;
+        while i < vars.len() && i < 256 {
+            for id in s.pending_on(vars[i]) {
+                let k = s.constraint(id);
+                add(&mut self.bounds, k);
+                for t in k.rule.types() {
+                    free_vars(s, t, &mut vars);
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// The answer type an effect variable is bounded by, following chains of variables.
+    fn bound_of(&self, v: u32, seen: &mut Vec<u32>) -> Option<Ty> {
+        if seen.contains(&v) {
+            return None;
+        }
+        seen.push(v);
+        for u in self.bounds.get(&v)? {
+            match u {
+                Ty::Var(w) => {
+                    if let Some(t) = self.bound_of(*w, seen) {
+                        return Some(t);
+                    }
+                }
+                other => {
+                    if let Some(a) = other.shift_answer() {
+                        return Some(a.clone());
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// A type with the constraints on its variables in front: `Real a => a -> a`. The
     /// broadcast constraints shown are `own` (a scheme's) and those still pending on the
     /// type's variables.
     pub fn show_constrained(&mut self, s: &Subst, t: &Ty, own: &[Constraint]) -> String {
-        let body = self.show(s, t);
+        let body = self.show_with(s, t, own);
         let mut vars = Vec::new();
         free_vars(s, &s.resolve(t), &mut vars);
         let mut shown: Vec<(Ty, Ty, Ty)> = Vec::new();
@@ -829,10 +892,14 @@ impl Printer {
                     out.push('(');
                 }
                 self.go(s, a, out, 1);
-                match r.shift_answer() {
+                let answer = match &**r {
+                    Ty::Var(v) => self.bound_of(*v, &mut Vec::new()),
+                    other => other.shift_answer().cloned(),
+                };
+                match answer {
                     Some(answer) => {
                         out.push_str(" -[");
-                        self.go(s, answer, out, 0);
+                        self.go(s, &answer, out, 0);
                         out.push_str("]-> ");
                     }
                     None => out.push_str(" -> "),
