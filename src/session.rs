@@ -77,6 +77,20 @@ impl Session {
         self.check_items(&items, dir, true)
     }
 
+    /// Parses what parses and checks it, nothing runs: the language server keeps hover and
+    /// definitions for the items around a syntax error. Returns the check of the items that
+    /// parsed, and the syntax errors.
+    pub fn check_program_recovering(
+        &mut self,
+        name: &str,
+        text: &str,
+        dir: &Path,
+    ) -> (Result<Vec<Unit>, Diagnostic>, Option<Diagnostic>) {
+        let id = self.sources.add(name, text);
+        let (items, syntax) = parser::parse_program_recovering(text, id);
+        (self.check_items(&items, dir, true), syntax)
+    }
+
     /// Checks every item; an item with a type error is reported and its names are bound to
     /// the error type (so later items are still checked without a cascade of errors), up to
     /// `MAX_ERRORS` errors.

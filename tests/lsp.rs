@@ -367,6 +367,27 @@ fn lsp_keeps_completing_through_a_syntax_error() {
 }
 
 #[test]
+fn lsp_hover_and_definitions_around_a_syntax_error() {
+    let mut c = Client::start();
+    let u = uri("broken.dp");
+    let text = "let total = 1.5\nlet broken = total +\nlet later = total * 2.0\nlet also = later |> sqrt\n";
+    let diags = c.open(&u, text);
+    let diags = diags.as_array().unwrap();
+    assert_eq!(diags.len(), 1, "the syntax error only: {diags:?}");
+    assert_eq!(range(&diags[0]).0, 2, "reported where the next item begins: {diags:?}");
+    // The items before and after the broken one are checked: hover and definitions work.
+    let h = c.at("textDocument/hover", &u, 2, 5);
+    assert!(h["contents"]["value"].as_str().unwrap().contains("later : Float"), "{h}");
+    let h = c.at("textDocument/hover", &u, 3, 5);
+    assert!(h["contents"]["value"].as_str().unwrap().contains("also : Float"), "{h}");
+    let d = c.at("textDocument/definition", &u, 3, 12);
+    assert_eq!(d["range"]["start"]["line"], json!(2), "`later` is defined on line 2: {d}");
+    let d = c.at("textDocument/definition", &u, 2, 13);
+    assert_eq!(d["range"]["start"]["line"], json!(0), "`total` is defined on line 0: {d}");
+    assert_eq!(c.finish(), 0);
+}
+
+#[test]
 fn lsp_protocol_edges() {
     let mut c = Client::start();
     // Unknown requests are answered with an error, unknown notifications ignored.

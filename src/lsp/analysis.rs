@@ -12,7 +12,7 @@ use crate::source::Span;
 use crate::syntax::ast::*;
 use crate::syntax::keywords::KEYWORDS;
 use crate::syntax::lexer::{lex, Tok};
-use crate::syntax::parser::parse_program;
+use crate::syntax::parser::{parse_program, parse_program_recovering};
 use lsp_types as lsp;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -29,8 +29,11 @@ pub struct Analysis {
     /// The document's file id in the session's source map.
     pub file: u32,
     pub dir: PathBuf,
-    /// The parsed program; None when it has a syntax error.
+    /// The items that parsed (all of them unless `syntax_ok` is false); None before analysis.
     pub items: Option<Vec<Item>>,
+    /// Whether the whole document parsed: with a syntax error, `items` (and the index and
+    /// checked names) are those of the items that parsed.
+    syntax_ok: bool,
     pub index: Index,
     /// When the whole program checked: the names each item defined, with their types.
     pub top_types: Option<Vec<Defined>>,
@@ -60,6 +63,7 @@ impl Analysis {
             file: 0,
             dir: dir.to_path_buf(),
             items: None,
+            syntax_ok: false,
             index: Index::default(),
             top_types: None,
             diagnostics: Vec::new(),
@@ -81,26 +85,32 @@ impl Analysis {
         // Nothing runs, but should anything print, keep it off the protocol's standard output.
         session.machine.out = Box::new(std::io::sink());
         a.file = session.sources.files().len() as u32;
-        let checked = session.check_program(name, text, dir);
+        let (checked, syntax) = session.check_program_recovering(name, text, dir);
         let warnings = session.take_warnings();
-        a.items = parse_program(text, a.file).ok();
-        if let Some(items) = &a.items {
-            a.index = Index::build(items, text.len());
-        }
+        let (items, _) = parse_program_recovering(text, a.file);
+        a.index = Index::build(&items, text.len());
+        a.items = Some(items);
+        a.syntax_ok = syntax.is_none();
         let mut diags = warnings;
         match checked {
             Ok(units) => {
                 a.top_types = Some(units.into_iter().filter(|u| u.from_user).map(|u| u.defined).collect());
             }
-            Err(d) => diags.extend(d.flatten()),
+            // While the file has a syntax error only those are reported: the items that parsed
+            // are still checked (for hover and definitions), but their errors may be echoes of
+            // the broken item (a name it would have defined).
+            Err(d) if syntax.is_none() => diags.extend(d.flatten()),
+            Err(_) => {}
         }
+        diags.extend(syntax.into_iter().flat_map(|d| d.flatten()));
         a.diagnostics = diags.iter().map(|d| a.to_lsp(uri, &session, d)).collect();
         a.session = Some(session);
         a
     }
 
+    /// Whether the whole document parsed (else its items are those that did).
     pub fn parsed(&self) -> bool {
-        self.items.is_some()
+        self.syntax_ok
     }
 
     pub fn range(&self, span: Span) -> lsp::Range {

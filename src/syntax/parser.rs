@@ -22,8 +22,21 @@ pub fn is_incomplete(d: &Diagnostic) -> bool {
 /// own, so a syntax error in one item does not hide those of the others: every item with an
 /// error is reported (up to `MAX_SYNTAX_ERRORS`), the first carrying the rest.
 pub fn parse_program(src: &str, file: u32) -> Result<Vec<Item>, Diagnostic> {
+    match parse_program_recovering(src, file) {
+        (items, None) => Ok(items),
+        (_, Some(d)) => Err(d),
+    }
+}
+
+/// The items that parse, and the syntax errors of those that do not (each top-level item is
+/// parsed on its own, so one broken item leaves the others intact). A lexical error leaves
+/// no items.
+pub fn parse_program_recovering(src: &str, file: u32) -> (Vec<Item>, Option<Diagnostic>) {
     const MAX_SYNTAX_ERRORS: usize = 20;
-    let tokens = lexer::lex(src, file)?;
+    let tokens = match lexer::lex(src, file) {
+        Ok(t) => t,
+        Err(d) => return (Vec::new(), Some(d)),
+    };
     let eof = src.len();
     let parser = grammar::ProgramParser::new();
     let mut items = Vec::new();
@@ -40,10 +53,7 @@ pub fn parse_program(src: &str, file: u32) -> Result<Vec<Item>, Diagnostic> {
             Err(e) => errors.push(parse_error(e, file, eof)),
         }
     }
-    match Diagnostic::collect(errors) {
-        Some(d) => Err(d),
-        None => Ok(items),
-    }
+    (items, Diagnostic::collect(errors))
 }
 
 fn describe(t: &Tok) -> String {
