@@ -13,6 +13,8 @@ pub enum B {
     StopGradient,
     Print,
     Println,
+    Printf,
+    Sprintf,
     Show,
     ReadFile,
     ReadLines,
@@ -104,6 +106,11 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("stop_gradient", B::StopGradient, "a -> a"),
     ("print", B::Print, "a -> Unit"),
     ("println", B::Println, "a -> Unit"),
+    // As written by users, `printf`/`sprintf` take a literal format and then one argument per
+    // directive; the checker rewrites each use into a function of those arguments that calls
+    // these, with the arguments packed (none: `()`, one: itself, several: a tuple).
+    ("printf", B::Printf, "String -> a -> Unit"),
+    ("sprintf", B::Sprintf, "String -> a -> String"),
     ("show", B::Show, "a -> String"),
     ("read_file", B::ReadFile, "String -> String"),
     ("read_lines", B::ReadLines, "String -> List String"),

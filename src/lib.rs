@@ -9,6 +9,7 @@ pub mod cli;
 pub mod core;
 pub mod diagnostic;
 pub mod eval;
+pub mod format;
 pub mod lsp;
 pub mod repl;
 pub mod session;

@@ -2,6 +2,7 @@
 
 mod ad;
 mod editors;
+mod format;
 mod gen;
 mod golden;
 mod gpu;

@@ -33,18 +33,66 @@ fn float(v: Value) -> FResult<f64> {
     }
 }
 
+fn write_out(m: &mut Machine, s: &str, newline: bool) -> FResult<()> {
+    let r = if newline { writeln!(m.out, "{s}") } else { write!(m.out, "{s}") };
+    if let Err(e) = r {
+        // A closed pipe (`dp run f.dp | head`) ends the program quietly, as in other tools.
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            m.exit_code = Some(0);
+        }
+        return Err(Fault::new(format!("cannot write to standard output: {e}")));
+    }
+    Ok(())
+}
+
+/// A format (checked when the program was) applied to its packed arguments: none is `()`, one
+/// is itself, several are a tuple.
+fn sprintf(format: &str, packed: Value) -> FResult<String> {
+    use crate::format::{parse, render, Arg, Piece};
+    let pieces = parse(format).map_err(|e| Fault::new(format!("internal: a checked format fails: {}", e.message)))?;
+    let n = crate::format::directives(&pieces).count();
+    let args: Vec<Value> = match (n, packed) {
+        (0, _) => Vec::new(),
+        (1, v) => vec![v],
+        (_, Value::Tuple(vs)) => vs.to_vec(),
+        (_, other) => return Err(Fault::new(format!("internal: format arguments packed as a {}", other.type_name()))),
+    };
+    let mut out = String::new();
+    let mut args = args.iter();
+    for p in &pieces {
+        match p {
+            Piece::Text(t) => out.push_str(t),
+            Piece::Arg(d) => {
+                let v = args.next().map(crate::ad::strip).unwrap_or_default();
+                let arg = match &v {
+                    Value::Int(n) => Arg::Int(*n),
+                    Value::Float(x) => Arg::Float(*x),
+                    Value::Str(s) => Arg::Str(s),
+                    Value::Bool(b) => Arg::Bool(*b),
+                    other => return Err(Fault::new(format!("internal: a format argument is a {}", other.type_name()))),
+                };
+                out.push_str(&render(d, arg).map_err(|e| Fault::new(format!("internal: {e}")))?);
+            }
+        }
+    }
+    Ok(out)
+}
+
 pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     Ok(match b {
         B::Print | B::Println => {
             let s = show(&arg(), true);
-            let r = if b == B::Println { writeln!(m.out, "{s}") } else { write!(m.out, "{s}") };
-            if let Err(e) = r {
-                // A closed pipe (`dp run f.dp | head`) ends the program quietly, as in other tools.
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    m.exit_code = Some(0);
-                }
-                return Err(Fault::new(format!("cannot write to standard output: {e}")));
-            }
+            write_out(m, &s, b == B::Println)?;
+            Value::Unit
+        }
+        B::Sprintf => {
+            let format = string(arg())?;
+            Value::str(sprintf(&format, arg())?)
+        }
+        B::Printf => {
+            let format = string(arg())?;
+            let s = sprintf(&format, arg())?;
+            write_out(m, &s, false)?;
             Value::Unit
         }
         B::Show => Value::str(show(&arg(), false)),

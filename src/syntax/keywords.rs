@@ -19,6 +19,8 @@ pub const BUILTINS: &[&str] = &[
     // input and output
     "print",
     "println",
+    "printf",
+    "sprintf",
     "show",
     "read_file",
     "read_lines",

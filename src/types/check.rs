@@ -112,6 +112,9 @@ pub struct Checker {
     tyvars: HashMap<String, Ty>,
     /// How many types of each name have been declared (for the identities of later ones).
     declared: HashMap<Rc<str>, u32>,
+    /// Set while the checker infers its own rewriting of a `printf`/`sprintf` use, whose call
+    /// of the builtin takes the packed arguments (see `infer_format`).
+    raw_format: bool,
     /// When set, every binding site is recorded in `binding_sites` (the language server's hover).
     pub record_bindings: bool,
     /// Name, binding span and type (render with `show` once checking is done) of each binding.
@@ -208,6 +211,7 @@ impl Default for Checker {
             defining: Vec::new(),
             tyvars: HashMap::new(),
             declared: HashMap::new(),
+            raw_format: false,
             record_bindings: false,
             binding_sites: Vec::new(),
         }
@@ -1231,6 +1235,17 @@ impl Checker {
             }
             return Err(d);
         };
+        if let Loc::Builtin(i) = b.loc {
+            let name = TABLE[i as usize].0;
+            if !self.raw_format && matches!(name, "printf" | "sprintf") {
+                return Err(Diagnostic::error(Phase::Type, format!("`{name}` must be applied to its format string"))
+                    .label(sp, format!("`{name}` without a format"))
+                    .note("the format's directives (%d, %f, %s, …) give the types of the arguments")
+                    .help(format!(
+                        "write `{name} \"%d items\"` (a function of the arguments: `map ({name} \"%d\") xs`)"
+                    )));
+            }
+        }
         let t = self.instantiate(&b.scheme);
         let core = match b.loc {
             Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
@@ -1336,8 +1351,70 @@ impl Checker {
         if let ExprKind::Con(c) = &head.kind {
             return self.infer_con_app(c, head.span, args, sp);
         }
-        let (chead, mut ft) = self.infer(head)?;
+        if !self.raw_format && (self.is_builtin(head, "printf") || self.is_builtin(head, "sprintf")) {
+            let (chead, ft) = self.infer_format(head, args[0])?;
+            return self.apply_args(chead, ft, head, &args[1..], sp);
+        }
+        let (chead, ft) = self.infer(head)?;
+        self.apply_args(chead, ft, head, args, sp)
+    }
+
+    /// `printf "…" a b` and `sprintf "…" a b`: the literal format's directives give the types of
+    /// the arguments. The use is rewritten into `fun (%0 : T0) (%1 : T1) -> sprintf "…" (%0, %1)`
+    /// (names no program can write), which the rest of the checker handles as any function:
+    /// partial application, mismatched arguments and all.
+    fn infer_format(&mut self, head: &Expr, format: &Expr) -> R<(Core, Ty)> {
+        use crate::format::{directives, parse, Conv};
+        use crate::syntax::ast::{Lit, Pat, PatKind, TypeExpr, TypeExprKind};
+        let name = if self.is_builtin(head, "printf") { "printf" } else { "sprintf" };
+        let ExprKind::Lit(Lit::Str(text)) = &format.kind else {
+            return Err(Diagnostic::error(Phase::Type, format!("the format of `{name}` must be a string literal"))
+                .label(format.span, "not a string literal")
+                .note("the format's directives (%d, %f, %s, …) give the types of the arguments, so the checker must see it")
+                .help("to print a computed string `s`, write `print s`, or `printf \"%s\" s`"));
+        };
+        let pieces = parse(text).map_err(|e| {
+            Diagnostic::error(Phase::Type, format!("bad format string: {}", e.message)).label(format.span, e.message)
+        })?;
+        let at = format.span;
+        let node = |kind: ExprKind| Expr { kind, span: at };
+        let mut params = Vec::new();
+        let mut vars = Vec::new();
+        for (i, d) in directives(&pieces).enumerate() {
+            let ty = match d.conv {
+                Conv::Int => "Int",
+                Conv::Fixed | Conv::Exp | Conv::General => "Float",
+                Conv::Str => "String",
+                Conv::Bool => "Bool",
+            };
+            let var = Pat { kind: PatKind::Var(format!("%{i}")), span: at };
+            let annot = TypeExpr { kind: TypeExprKind::Con(ty.into(), Vec::new()), span: at };
+            params.push(Pat { kind: PatKind::Annot(Box::new(var), annot), span: at });
+            vars.push(node(ExprKind::Var(format!("%{i}"))));
+        }
+        let packed = match vars.len() {
+            0 => node(ExprKind::Lit(Lit::Unit)),
+            1 => vars.pop().unwrap_or_else(|| node(ExprKind::Lit(Lit::Unit))),
+            _ => node(ExprKind::Tuple(vars)),
+        };
+        let raw = node(ExprKind::Var(name.into()));
+        let call = node(ExprKind::App(
+            Box::new(node(ExprKind::App(Box::new(raw), Box::new(format.clone())))),
+            Box::new(packed),
+        ));
+        let rewritten = if params.is_empty() { call } else { node(ExprKind::Lam(params, Box::new(call))) };
+        let outer = std::mem::replace(&mut self.raw_format, true);
+        let r = self.infer(&rewritten);
+        self.raw_format = outer;
+        r
+    }
+
+    /// Applies a function (elaborated as `chead`, of type `ft`) to arguments, one at a time.
+    fn apply_args(&mut self, chead: Core, mut ft: Ty, head: &Expr, args: &[&Expr], sp: Span) -> R<(Core, Ty)> {
         let mut cargs = Vec::new();
+        if args.is_empty() {
+            return Ok((chead, ft));
+        }
         for a in args {
             let (ca, ta) = self.infer(a)?;
             let fpruned = self.subst.prune(&ft);
