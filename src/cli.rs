@@ -17,7 +17,7 @@ pub fn new_session(stack_limit: usize) -> Result<Session, u8> {
         eprintln!("dp: the standard library failed to load: {}", d.message);
         70
     })?;
-    session.machine.stack_limit = stack_limit;
+    session.set_stack_limit(stack_limit);
     Ok(session)
 }
 
@@ -27,7 +27,7 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         Ok(s) => s,
         Err(code) => return code,
     };
-    session.machine.args = args;
+    session.set_args(args);
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => {
@@ -36,12 +36,12 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         }
     };
     let dir = Path::new(file).parent().map(Path::to_path_buf).unwrap_or_default();
-    let checked = session.check_program(file, &text, &dir);
+    let checked = session.check(file, &text, &dir);
     for w in session.take_warnings() {
         report(&session, &w);
     }
-    let units = match checked {
-        Ok(u) => u,
+    let checked = match checked {
+        Ok(c) => c,
         Err(d) => {
             report(&session, &d);
             return 1;
@@ -50,10 +50,10 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
     if check_only {
         return 0;
     }
-    match session.run_units(&units) {
+    match session.run(checked) {
         Ok(_) => 0,
         Err(d) => {
-            if let Some(code) = session.machine.exit_code {
+            if let Some(code) = session.take_exit_code() {
                 return code.clamp(0, 255) as u8;
             }
             report(&session, &d);

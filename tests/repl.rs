@@ -94,3 +94,79 @@ fn repl_help_and_load() {
     p.expect("- : Int = 42").unwrap();
     p.send_line(":quit").unwrap();
 }
+
+// ---------------------------------------------------------------- transactional entries
+// An entry takes effect whole or not at all: after a failed entry its names are unbound (or
+// keep their earlier binding), never bound to a value that was not computed.
+
+#[test]
+fn repl_type_error_leaves_names_unbound_or_as_before() {
+    let mut p = start();
+    p.send_line("let rec q n = q + 1").unwrap();
+    p.expect("type mismatch").unwrap();
+    p.send_line("q").unwrap();
+    p.expect("unbound variable `q`").unwrap();
+    p.send_line("let q = 5").unwrap();
+    p.expect("val q : Int").unwrap();
+    p.send_line("let rec q n = q + 1").unwrap();
+    p.expect("type mismatch").unwrap();
+    p.send_line("q * 2").unwrap();
+    p.expect("- : Int = 10").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
+fn repl_run_time_error_undoes_the_whole_entry() {
+    let mut p = start();
+    p.send_line("let x = error \"boom\"").unwrap();
+    p.expect("boom").unwrap();
+    p.send_line("x + 1").unwrap();
+    p.expect("unbound variable `x`").unwrap();
+    // A pattern `let` whose right-hand side prints, then fails: nothing is bound.
+    p.send_line("let (a, b) = (println \"ran\"; (1, 1 / 0))").unwrap();
+    p.expect("division by zero").unwrap();
+    p.send_line("a").unwrap();
+    p.expect("unbound variable `a`").unwrap();
+    p.send_line("let after = 3").unwrap();
+    p.expect("val after : Int").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
+fn repl_interrupted_entry_binds_nothing() {
+    let mut p = start();
+    p.send_line("let kept = 7").unwrap();
+    p.expect("val kept : Int").unwrap();
+    p.send_line("let spun = let rec spin x = spin x in spin 0").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    p.send(ControlCode::EndOfText).unwrap();
+    p.expect("interrupted").unwrap();
+    p.send_line("spun").unwrap();
+    p.expect("unbound variable `spun`").unwrap();
+    p.send_line("kept + 1").unwrap();
+    p.expect("- : Int = 8").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
+fn repl_failed_load_keeps_earlier_definitions() {
+    let mut p = start();
+    p.send_line("let good = 1").unwrap();
+    p.expect("val good : Int").unwrap();
+    let dir = std::env::temp_dir();
+    let typo = dir.join(format!("dp_repl_bad_load_{}.dp", std::process::id()));
+    std::fs::write(&typo, "let good = 2\nlet bad = 1 + \"a\"\n").unwrap();
+    p.send_line(format!(":load {}", typo.display())).unwrap();
+    p.expect("type mismatch").unwrap();
+    p.send_line("good").unwrap();
+    p.expect("- : Int = 1").unwrap();
+    let crash = dir.join(format!("dp_repl_crash_load_{}.dp", std::process::id()));
+    std::fs::write(&crash, "let good = 3\nlet also = 4\nlet () = error \"late failure\"\n").unwrap();
+    p.send_line(format!(":load {}", crash.display())).unwrap();
+    p.expect("late failure").unwrap();
+    p.send_line("good + 10").unwrap();
+    p.expect("- : Int = 11").unwrap();
+    p.send_line("also").unwrap();
+    p.expect("unbound variable `also`").unwrap();
+    p.send_line(":quit").unwrap();
+}

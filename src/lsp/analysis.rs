@@ -77,11 +77,11 @@ impl Analysis {
                 return a;
             }
         };
-        session.checker.record_bindings = true;
+        session.record_bindings();
         // Nothing runs, but should anything print, keep it off the protocol's standard output.
-        session.machine.out = Box::new(std::io::sink());
-        a.file = session.sources.files().len() as u32;
-        let checked = session.check_program(name, text, dir);
+        session.set_output(Box::new(std::io::sink()));
+        a.file = session.sources().files().len() as u32;
+        let checked = session.check_only(name, text, dir);
         let warnings = session.take_warnings();
         a.items = parse_program(text, a.file).ok();
         if let Some(items) = &a.items {
@@ -90,7 +90,7 @@ impl Analysis {
         let mut diags = warnings;
         match checked {
             Ok(units) => {
-                a.top_types = Some(units.into_iter().filter(|u| u.from_user).map(|u| u.defined).collect());
+                a.top_types = Some(units.defined());
             }
             Err(d) => diags.extend(d.flatten()),
         }
@@ -113,7 +113,7 @@ impl Analysis {
         if span.file == self.file {
             return self.range(span);
         }
-        let name = &session.sources.get(span.file).name;
+        let name = &session.sources().get(span.file).name;
         let imports: Vec<&Item> =
             self.items.iter().flatten().filter(|i| matches!(i.kind, ItemKind::Import(_))).collect();
         let matching = imports.iter().find(|i| match &i.kind {
@@ -132,7 +132,7 @@ impl Analysis {
     /// Secondary labels in this document also become `relatedInformation`.
     fn to_lsp(&self, uri: &lsp::Uri, session: &Session, d: &Diagnostic) -> lsp::Diagnostic {
         let range = d.primary_span().map_or_else(lsp::Range::default, |s| self.anchor(session, s));
-        let rendered = d.render(&session.sources, false);
+        let rendered = d.render(session.sources(), false);
         let related: Vec<_> = d
             .labels
             .iter()
@@ -161,7 +161,7 @@ impl Analysis {
     /// The rendered type recorded by the checker for the binding at `def_span`.
     fn binding_type(&self, name: &str, def_span: Span) -> Option<String> {
         let session = self.session.as_ref()?;
-        let ch = &session.checker;
+        let ch = session.checker();
         ch.binding_sites
             .iter()
             .rev()
@@ -192,7 +192,7 @@ impl Analysis {
         [self.session.as_ref(), base]
             .into_iter()
             .flatten()
-            .find_map(|s| s.checker.constructor(name).map(|c| s.checker.show(&c.scheme.ty)))
+            .find_map(|s| s.checker().constructor(name).map(|c| s.checker().show(&c.scheme.ty)))
     }
 
     /// `module.name`'s type, by checking that expression in the document's final scope.
@@ -202,7 +202,7 @@ impl Analysis {
             kind: ExprKind::Dot(Box::new(Expr { kind: ExprKind::Var(module.into()), span: sp }), name.into(), sp),
             span: sp,
         };
-        self.session.as_mut()?.checker.type_of_expr(&e).ok()
+        self.session.as_mut()?.type_of_expr(&e).ok()
     }
 
     // ------------------------------------------------------------ hover
@@ -221,7 +221,7 @@ impl Analysis {
             let ty = if w.starts_with(char::is_uppercase) {
                 self.constructor_type(w, base)?
             } else {
-                session.checker.type_of_name(w).or_else(|| base.and_then(|b| b.checker.type_of_name(w)))?
+                session.checker().type_of_name(w).or_else(|| base.and_then(|b| b.checker().type_of_name(w)))?
             };
             return Some(HoverInfo { markdown: code(format!("{w} : {ty}")), span: (lo, hi) });
         };
@@ -253,8 +253,8 @@ impl Analysis {
             (_, None) => {
                 // Not bound in this document: a builtin or a prelude function.
                 let ty = base
-                    .and_then(|b| b.checker.type_of_name(&occ.name))
-                    .or_else(|| self.session.as_ref().and_then(|s| s.checker.type_of_name(&occ.name)))?;
+                    .and_then(|b| b.checker().type_of_name(&occ.name))
+                    .or_else(|| self.session.as_ref().and_then(|s| s.checker().type_of_name(&occ.name)))?;
                 format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name)))
             }
         };
@@ -340,17 +340,17 @@ impl Analysis {
             }
         }
         if let Some(s) = &self.session {
-            for (n, t) in s.checker.names_in_scope() {
+            for (n, t) in s.checker().names_in_scope() {
                 if seen.insert(n.to_string()) {
                     let t = Some(t);
                     out.push(item(&n, value_kind(&t), t));
                 }
             }
-            let mut cons: Vec<_> = s.checker.cons.values().collect();
+            let mut cons: Vec<_> = s.checker().cons.values().collect();
             cons.sort_by(|a, b| a.name.cmp(&b.name));
             for c in cons {
                 if seen.insert(c.name.to_string()) {
-                    out.push(item(&c.name, lsp::CompletionItemKind::CONSTRUCTOR, Some(s.checker.show(&c.scheme.ty))));
+                    out.push(item(&c.name, lsp::CompletionItemKind::CONSTRUCTOR, Some(s.checker().show(&c.scheme.ty))));
                 }
             }
         }

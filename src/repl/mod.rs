@@ -79,7 +79,7 @@ pub fn start(stack_limit: usize) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let flag = session.machine.interrupt.clone();
+    let flag = session.interrupt_flag();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
     let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::new() {
         Ok(r) => r,
@@ -89,7 +89,7 @@ pub fn start(stack_limit: usize) -> u8 {
         }
     };
     let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
-    names.extend(session.checker.names_in_scope().into_iter().map(|(n, _)| n.to_string()));
+    names.extend(session.checker().names_in_scope().into_iter().map(|(n, _)| n.to_string()));
     names.sort();
     names.dedup();
     rl.set_helper(Some(DpHelper { names }));
@@ -107,7 +107,7 @@ pub fn start(stack_limit: usize) -> u8 {
                 }
                 let _ = rl.add_history_entry(line.as_str());
                 n += 1;
-                session.machine.interrupt.store(false, Ordering::SeqCst);
+                session.interrupt_flag().store(false, Ordering::SeqCst);
                 if !handle(&mut session, &line, n) {
                     break;
                 }
@@ -135,16 +135,10 @@ fn handle(session: &mut Session, line: &str, n: usize) -> bool {
         match name {
             "q" | "quit" => return false,
             "h" | "help" => println!("{HELP}"),
-            "t" | "type" => {
-                let id = session.sources.add(format!("<repl {n}>"), rest);
-                let r = crate::syntax::lexer::lex(rest, id)
-                    .and_then(|toks| parser::parse_expr(toks, id))
-                    .and_then(|e| session.checker.type_of_expr(&e));
-                match r {
-                    Ok(t) => println!("{} : {t}", rest.trim()),
-                    Err(d) => eprint!("{}", session.render(&d, color)),
-                }
-            }
+            "t" | "type" => match session.type_of(&format!("<repl {n}>"), rest) {
+                Ok(t) => println!("{} : {t}", rest.trim()),
+                Err(d) => eprint!("{}", session.render(&d, color)),
+            },
             "l" | "load" => {
                 let path = rest.trim();
                 match std::fs::read_to_string(path) {
@@ -180,7 +174,7 @@ fn handle(session: &mut Session, line: &str, n: usize) -> bool {
             }
         }
         Err(d) => {
-            if session.machine.exit_code.take().is_some() {
+            if session.take_exit_code().is_some() {
                 return false;
             }
             eprint!("{}", session.render(&d, color))

@@ -150,7 +150,8 @@ pub struct Broadcast {
     pub solved: bool,
 }
 
-#[derive(Default)]
+// Clone: the session snapshots the checker before each entry (transactional REPL entries).
+#[derive(Clone, Default)]
 pub struct Subst {
     vars: Vec<VarInfo>,
     broadcasts: Vec<Broadcast>,
