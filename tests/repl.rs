@@ -5,9 +5,15 @@ use std::process::Command;
 use std::time::Duration;
 
 fn start() -> Session {
+    start_in("dumb")
+}
+
+/// The REPL under `TERM=term`: "dumb" reads plain lines; a real terminal name gets rustyline's
+/// line editor in raw mode (keys, completion, history).
+fn start_in(term: &str) -> Session {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dp"));
     let hist = std::env::temp_dir().join(format!("dp_repl_test_history_{}", std::process::id()));
-    cmd.env("DP_HISTORY", hist).env("TERM", "dumb").env("NO_COLOR", "1");
+    cmd.env("DP_HISTORY", hist).env("TERM", term).env("NO_COLOR", "1");
     let mut p = Session::spawn(cmd).expect("spawn dp in a pty");
     p.set_expect_timeout(Some(Duration::from_secs(30)));
     p.expect("dp> ").expect("the first prompt");
@@ -30,11 +36,14 @@ fn repl_echoes_values_with_types_and_keeps_definitions() {
 #[test]
 fn repl_multi_line_input_continues_until_complete() {
     let mut p = start();
+    // Once an entry spans several lines, a blank line submits it (see `repl_multi_line_*`).
     p.send_line("let f x =").unwrap();
     p.send_line("  x + 1").unwrap();
+    p.send_line("").unwrap();
     p.expect("val f : Int -> Int").unwrap();
     p.send_line("(f").unwrap();
     p.send_line("  41)").unwrap();
+    p.send_line("").unwrap();
     p.expect("- : Int = 42").unwrap();
     p.send_line(":quit").unwrap();
 }
@@ -102,13 +111,16 @@ fn repl_help_and_load() {
 #[test]
 fn repl_type_error_leaves_names_unbound_or_as_before() {
     let mut p = start();
+    // A one-line `let rec` waits for a possible `and` line; the blank line submits it.
     p.send_line("let rec q n = q + 1").unwrap();
+    p.send_line("").unwrap();
     p.expect("type mismatch").unwrap();
     p.send_line("q").unwrap();
     p.expect("unbound variable `q`").unwrap();
     p.send_line("let q = 5").unwrap();
     p.expect("val q : Int").unwrap();
     p.send_line("let rec q n = q + 1").unwrap();
+    p.send_line("").unwrap();
     p.expect("type mismatch").unwrap();
     p.send_line("q * 2").unwrap();
     p.expect("- : Int = 10").unwrap();
@@ -168,5 +180,71 @@ fn repl_failed_load_keeps_earlier_definitions() {
     p.expect("- : Int = 11").unwrap();
     p.send_line("also").unwrap();
     p.expect("unbound variable `also`").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+// ---------------------------------------------------------------- multi-line input
+// Typed key by key: each character is its own write to the terminal, then Enter.
+
+fn type_line(p: &mut Session, line: &str) {
+    for c in line.chars() {
+        p.send(c.to_string()).unwrap();
+    }
+    p.send("\r").unwrap();
+}
+
+#[test]
+fn repl_multi_line_match_if_pipe_and_let_and() {
+    multi_line_forms(start());
+}
+
+#[test]
+fn repl_multi_line_in_the_line_editor() {
+    multi_line_forms(start_in("xterm"));
+}
+
+fn multi_line_forms(mut p: Session) {
+    for line in ["let f x = match x with", "| 0 -> \"zero\"", "| _ -> \"other\"", ""] {
+        type_line(&mut p, line);
+    }
+    p.expect("val f : Int -> String").unwrap();
+    type_line(&mut p, "f 3");
+    p.expect("- : String = \"other\"").unwrap();
+    for line in ["let sign x =", "  if x < 0 then -1", "  else 1", ""] {
+        type_line(&mut p, line);
+    }
+    p.expect("val sign : Int -> Int").unwrap();
+    for line in ["let total =", "  [1, 2, 3]", "  |> map (fun x -> x * 10)", "  |> sum_int", ""] {
+        type_line(&mut p, line);
+    }
+    p.expect("val total : Int").unwrap();
+    for line in [
+        "let rec even n = if n == 0 then true else odd (n - 1)",
+        "and odd n = if n == 0 then false else even (n - 1)",
+        "",
+    ] {
+        type_line(&mut p, line);
+    }
+    p.expect("val odd : Int -> Bool").unwrap();
+    type_line(&mut p, "(sign (-4), total, even 10)");
+    p.expect("- : (Int, Int, Bool) = (-1, 60, true)").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
+fn repl_multi_line_blank_line_rules() {
+    let mut p = start();
+    // A blank line does not submit an entry that still stops too early.
+    for line in ["let g =", "", "  (1 +", "", "  2)", ""] {
+        type_line(&mut p, line);
+    }
+    p.expect("val g : Int").unwrap();
+    // A syntax error that more lines cannot fix is reported at once.
+    for line in ["let h x =", "  x + )"] {
+        type_line(&mut p, line);
+    }
+    p.expect("syntax error").unwrap();
+    type_line(&mut p, "g + 1");
+    p.expect("- : Int = 4").unwrap();
     p.send_line(":quit").unwrap();
 }

@@ -2,6 +2,7 @@
 //! Ctrl-C interrupts a running evaluation and keeps every definition.
 
 use crate::session::{Echo, Session};
+use crate::syntax::ast::ItemKind;
 use crate::syntax::parser;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -44,28 +45,60 @@ impl Helper for DpHelper {}
 
 impl Validator for DpHelper {
     fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
-        Ok(if is_incomplete(ctx.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
+        Ok(match entry_state(ctx.input()) {
+            Entry::Submit => ValidationResult::Valid(None),
+            Entry::Continue => ValidationResult::Incomplete,
+        })
     }
 }
 
-/// An entry whose only problem is that it stops too early (the REPL asks for more lines).
-pub fn is_incomplete(input: &str) -> bool {
+/// What Enter does with the text typed so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entry {
+    Submit,
+    Continue,
+}
+
+/// The multi-line rule, Python's: an entry typed on one line runs at once when it is complete
+/// (or has a syntax error that more text cannot fix) and continues when it stops too early;
+/// a one-line `let rec` definition waits for a possible `and` line, as Python's one-line
+/// `def` waits for a blank line (a `let rec … in` expression runs at once).
+/// Once an entry spans several lines, Enter adds a line, however complete the entry already
+/// is, since the next line may add a `match` arm, an `else`, a `|>` stage or an `and`; a blank
+/// line submits it. A blank line does not submit an entry that still stops too early (an
+/// unclosed bracket, `let x =`): pasted code with blank lines inside a definition still works,
+/// and Ctrl-C abandons an entry. A syntax error that no more text can fix is reported at once.
+pub fn entry_state(input: &str) -> Entry {
     let trimmed = input.trim();
     if trimmed.is_empty() || trimmed.starts_with(':') {
-        return false;
+        return Entry::Submit;
     }
-    match parser::parse_program(input, 0) {
-        Ok(_) => false,
-        Err(d) => parser::is_incomplete(&d),
+    let parsed = parser::parse_program(input, 0);
+    let incomplete = matches!(&parsed, Err(d) if parser::is_incomplete(d));
+    let multi_line = input.trim_end_matches([' ', '\t']).contains('\n');
+    let blank_last_line = input.rsplit('\n').next().is_some_and(|l| l.trim().is_empty());
+    let let_rec = matches!(&parsed, Ok(items) if items.iter().any(|i| matches!(i.kind, ItemKind::LetRec(_))));
+    match (multi_line, incomplete, parsed.is_ok()) {
+        (_, true, _) => Entry::Continue,
+        (false, false, true) if let_rec => Entry::Continue,
+        (false, false, _) => Entry::Submit,
+        // Several lines: a blank line submits; a hard syntax error is reported now.
+        (true, false, true) if !blank_last_line => Entry::Continue,
+        (true, false, _) => Entry::Submit,
     }
 }
 
 const HELP: &str = "\
-dp REPL — enter expressions or top-level items; an unfinished entry continues on the next line.
-  :type e      show the type of expression e without running it
+dp REPL — enter expressions or top-level items.
+  Entering lines: a complete one-line entry runs at once; an unfinished one continues on the
+  next line. Once an entry spans several lines (match arms, else, |> stages, `and` groups),
+  a blank line submits it; so does one after a one-line `let rec` (it may get an `and`).
+  Ctrl-C abandons the entry being typed.
+  :type e      show the type of expression e (with its constraints) without running it
   :load file   check and run a file in this session
   :help        this text
   :quit        leave (Ctrl-D works too)
+An entry takes effect whole or not at all: after an error nothing of it stays bound.
 Ctrl-C interrupts a running evaluation; definitions are kept.";
 
 fn history_path() -> Option<PathBuf> {
