@@ -4,10 +4,57 @@ use crate::diagnostic::Diagnostic;
 use crate::session::Session;
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// `--color`: whether reports and prompts are coloured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColorChoice {
+    /// Colour on a terminal, unless `NO_COLOR` is set (to anything but the empty string, as
+    /// no-color.org says) or `TERM=dumb` (Emacs's compile buffers, which do not parse escapes).
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    pub fn parse(s: &str) -> Option<ColorChoice> {
+        match s {
+            "auto" => Some(ColorChoice::Auto),
+            "always" => Some(ColorChoice::Always),
+            "never" => Some(ColorChoice::Never),
+            _ => None,
+        }
+    }
+}
+
+/// The process's `--color` choice (one per process, set once by `main`): a global, so that
+/// every face (run, check, REPL) asks the same question without threading it through.
+static COLOR: AtomicU8 = AtomicU8::new(0);
+
+pub fn set_color(choice: ColorChoice) {
+    COLOR.store(choice as u8, Ordering::Relaxed);
+}
+
+/// Whether to colour what goes to a stream that is (`terminal`) or is not a terminal.
+pub fn color_for(terminal: bool) -> bool {
+    match COLOR.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+            terminal && !no_color && !dumb
+        }
+    }
+}
+
+/// Whether reports on standard error are coloured.
+pub fn stderr_color() -> bool {
+    color_for(std::io::stderr().is_terminal())
+}
 
 pub fn report(session: &Session, d: &Diagnostic) {
-    let color = std::io::stderr().is_terminal();
-    eprint!("{}", session.render(d, color));
+    eprint!("{}", session.render(d, stderr_color()));
 }
 
 /// A session for the command line with the prelude loaded, or the exit code to stop with

@@ -15,6 +15,10 @@ struct Cli {
     /// when there is one, else the CPU, said once on stderr).
     #[arg(long, global = true, default_value = "cpu", value_parser = ["cpu", "gpu", "auto"])]
     device: String,
+    /// Colour in reports and the REPL's prompt: `auto` (on a terminal, unless `NO_COLOR` is set
+    /// or `TERM=dumb`), `always` or `never`.
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    color: String,
 }
 
 #[derive(Subcommand)]
@@ -53,6 +57,7 @@ fn set_device(device: &str) -> bool {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    dp::cli::set_color(dp::cli::ColorChoice::parse(&cli.color).unwrap_or(dp::cli::ColorChoice::Auto));
     // The checker recurses on the syntax tree; give it room for deeply nested programs.
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)

@@ -248,3 +248,55 @@ fn repl_multi_line_blank_line_rules() {
     p.expect("- : Int = 4").unwrap();
     p.send_line(":quit").unwrap();
 }
+
+// ---------------------------------------------------------------- colour
+
+/// What `dp ARGS bad.dp` writes to a pseudo-terminal (so stderr is a terminal), with `env`.
+fn on_a_terminal(args: &[&str], env: &[(&str, &str)], until: &str) -> String {
+    let file = std::env::temp_dir().join(format!("dp_colour_{}.dp", std::process::id()));
+    std::fs::write(&file, "let x = 1 + \"a\"\n").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dp"));
+    cmd.args(args).arg(&file).env_remove("NO_COLOR").env("TERM", "xterm-256color").envs(env.iter().copied());
+    let mut p = Session::spawn(cmd).expect("spawn dp in a pty");
+    p.set_expect_timeout(Some(Duration::from_secs(30)));
+    let found = p.expect(until).expect("the report");
+    String::from_utf8_lossy(found.before()).into_owned()
+}
+
+#[test]
+fn colour_follows_the_terminal_no_color_term_dumb_and_the_flag() {
+    let esc = '\u{1b}';
+    assert!(on_a_terminal(&["run"], &[], "type mismatch").contains(esc), "a terminal gets colour");
+    assert!(!on_a_terminal(&["run"], &[("NO_COLOR", "1")], "type mismatch").contains(esc), "NO_COLOR");
+    assert!(!on_a_terminal(&["run"], &[("TERM", "dumb")], "type mismatch").contains(esc), "TERM=dumb");
+    assert!(!on_a_terminal(&["--color", "never", "run"], &[], "type mismatch").contains(esc), "--color never");
+    // Off a terminal: no colour unless forced.
+    let piped = |args: &[&str]| {
+        let file = std::env::temp_dir().join(format!("dp_colour_piped_{}.dp", std::process::id()));
+        std::fs::write(&file, "let x = 1 + \"a\"\n").unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_dp")).args(args).arg(&file).env_remove("NO_COLOR").output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(!piped(&["check"]).contains(esc), "a pipe gets no colour");
+    assert!(piped(&["check", "--color", "always"]).contains(esc), "--color always");
+    assert!(piped(&["check", "--color", "always"]).contains("type mismatch"));
+}
+
+#[test]
+fn colour_of_the_repl_prompt() {
+    let prompt = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dp"));
+        let hist = std::env::temp_dir().join(format!("dp_repl_colour_history_{}", std::process::id()));
+        cmd.args(args).env("DP_HISTORY", hist).env_remove("NO_COLOR").env("TERM", "xterm-256color");
+        cmd.envs(env.iter().copied());
+        let mut p = Session::spawn(cmd).expect("spawn dp in a pty");
+        p.set_expect_timeout(Some(Duration::from_secs(30)));
+        let found = p.expect("dp> ").expect("the prompt");
+        let text = String::from_utf8_lossy(found.before()).into_owned();
+        p.send_line(":quit").unwrap();
+        text
+    };
+    assert!(prompt(&[], &[]).contains("\u{1b}[1;32m"), "a coloured prompt on a terminal");
+    assert!(!prompt(&[], &[("NO_COLOR", "1")]).contains("\u{1b}[1;32m"), "NO_COLOR");
+    assert!(!prompt(&["--color", "never"], &[]).contains("\u{1b}[1;32m"), "--color never");
+}

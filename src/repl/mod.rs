@@ -40,7 +40,12 @@ impl Completer for DpHelper {
 impl Hinter for DpHelper {
     type Hint = String;
 }
-impl Highlighter for DpHelper {}
+impl Highlighter for DpHelper {
+    /// The prompt in bold green when colour is on (rustyline calls this only then).
+    fn highlight_prompt<'b, 's: 'b, 'p: 'b>(&'s self, prompt: &'p str, _default: bool) -> std::borrow::Cow<'b, str> {
+        std::borrow::Cow::Owned(format!("\x1b[1;32m{prompt}\x1b[0m"))
+    }
+}
 impl Helper for DpHelper {}
 
 impl Validator for DpHelper {
@@ -114,7 +119,15 @@ pub fn start(stack_limit: usize) -> u8 {
     };
     let flag = session.interrupt_flag();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-    let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::new() {
+    // `--color always` forces colour even off a terminal; `auto` leaves rustyline to colour
+    // only a terminal, and only when `NO_COLOR`/`TERM=dumb` do not say otherwise.
+    let color_mode = match crate::cli::color_for(std::io::stdout().is_terminal()) {
+        false => rustyline::ColorMode::Disabled,
+        true if std::io::stdout().is_terminal() => rustyline::ColorMode::Enabled,
+        true => rustyline::ColorMode::Forced,
+    };
+    let config = rustyline::Config::builder().color_mode(color_mode).build();
+    let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::with_config(config) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dp: cannot start the line editor: {e}");
@@ -161,7 +174,7 @@ pub fn start(stack_limit: usize) -> u8 {
 
 /// Handles one entry; false means quit.
 fn handle(session: &mut Session, line: &str, n: usize) -> bool {
-    let color = std::io::stderr().is_terminal();
+    let color = crate::cli::stderr_color();
     let trimmed = line.trim();
     if let Some(cmd) = trimmed.strip_prefix(':') {
         let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
