@@ -108,3 +108,21 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         }
     }
 }
+
+/// `dp doc [OUT]`: writes the standard library's Markdown reference (default docs/stdlib.md).
+pub fn doc(out: &str) -> u8 {
+    let lib = match crate::docs::Library::load() {
+        Ok(l) => l,
+        Err(d) => {
+            eprintln!("dp: the standard library failed to load: {}", d.message);
+            return 70;
+        }
+    };
+    match std::fs::write(out, lib.markdown()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: cannot write `{out}`: {e}");
+            1
+        }
+    }
+}

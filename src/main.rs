@@ -35,6 +35,11 @@ enum Command {
     Repl,
     /// Run the language server (LSP over standard input and output).
     Lsp,
+    /// Write the standard library's reference (names, types, doc comments) as Markdown.
+    Doc {
+        #[arg(default_value = "docs/stdlib.md")]
+        out: String,
+    },
 }
 
 /// Applies `--device`; false (after saying why) when it cannot be honoured.
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
             Some(Command::Lsp) => dp::lsp::serve(),
+            Some(Command::Doc { out }) => dp::cli::doc(&out),
         })
         .expect("spawn the interpreter thread");
     match handle.join() {

@@ -1,6 +1,7 @@
 //! The one integration-test binary: golden programs, error snapshots, AD properties, REPL.
 
 mod ad;
+mod docs;
 mod editors;
 mod gen;
 mod golden;

@@ -300,3 +300,56 @@ fn colour_of_the_repl_prompt() {
     assert!(!prompt(&[], &[("NO_COLOR", "1")]).contains("\u{1b}[1;32m"), "NO_COLOR");
     assert!(!prompt(&["--color", "never"], &[]).contains("\u{1b}[1;32m"), "--color never");
 }
+
+// ---------------------------------------------------------------- discoverability
+
+#[test]
+fn repl_browse_doc_and_reload() {
+    let mut p = start();
+    p.send_line(":browse nn").unwrap();
+    p.expect("linear : ").unwrap();
+    p.send_line(":browse prelude").unwrap();
+    p.expect("min_of : Ord a => a -> a -> a").unwrap();
+    p.send_line(":doc map").unwrap();
+    p.expect("applies `f` to each element").unwrap();
+    p.send_line(":doc optim.adam").unwrap();
+    p.expect("Kingma & Ba").unwrap();
+    // A user's own `///` comment, typed before the definition (the comment line waits).
+    p.send_line("/// Triples.").unwrap();
+    p.send_line("let triple x = 3 * x").unwrap();
+    p.send_line("").unwrap();
+    p.expect("val triple").unwrap();
+    p.send_line(":doc triple").unwrap();
+    p.expect("Triples.").unwrap();
+    p.send_line(":browse").unwrap();
+    p.expect("triple : Int -> Int").unwrap();
+    let file = std::env::temp_dir().join(format!("dp_repl_reload_{}.dp", std::process::id()));
+    std::fs::write(&file, "let version = 1\n").unwrap();
+    p.send_line(format!(":load {}", file.display())).unwrap();
+    p.expect("loaded").unwrap();
+    std::fs::write(&file, "let version = 2\n").unwrap();
+    p.send_line(":reload").unwrap();
+    p.expect("loaded").unwrap();
+    p.send_line("version").unwrap();
+    p.expect("- : Int = 2").unwrap();
+    p.send_line(":doc no_such_name").unwrap();
+    p.expect("no documentation for `no_such_name`").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
+fn repl_tab_completes_user_names_and_members() {
+    let mut p = start_in("xterm");
+    p.send_line("let my_counter = 41").unwrap();
+    p.expect("val my_counter : Int").unwrap();
+    p.send("my_cou").unwrap();
+    p.send("\t").unwrap();
+    p.send(" + 1\r").unwrap();
+    p.expect("- : Int = 42").unwrap();
+    p.send_line("import nn").unwrap();
+    p.send("nn.batch_si").unwrap();
+    p.send("\t").unwrap();
+    p.send(" (zeros [3, 2])\r").unwrap();
+    p.expect("- : Int = 3").unwrap();
+    p.send_line(":quit").unwrap();
+}

@@ -7,6 +7,7 @@
 use super::position::LineIndex;
 use super::resolve::{Def, DefKind, Index, OccKind};
 use crate::diagnostic::{Diagnostic, Severity};
+use crate::docs::{doc_before, top_level_names};
 use crate::session::{stdlib_source, Session};
 use crate::source::Span;
 use crate::syntax::ast::*;
@@ -17,6 +18,42 @@ use lsp_types as lsp;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+/// Hover text with a doc comment after it, when there is one.
+fn with_doc(text: String, doc: Option<String>) -> String {
+    match doc {
+        Some(d) => format!("{text}\n\n{d}"),
+        None => text,
+    }
+}
+
+/// A standard-library module's source and the span of `name`'s (last) top-level definition.
+fn stdlib_definition(module: &str, name: &str) -> Option<(&'static str, Span)> {
+    let text = stdlib_source(module)?;
+    let items = parse_program(text, 0).ok()?;
+    top_level_names(&items).into_iter().rev().find(|(n, _)| n == name).map(|(_, span)| (text, span))
+}
+
+/// Where go-to-definition finds `name` of a standard-library module. The library is embedded
+/// in the binary, so the server writes each module's source to a file the editor can open:
+/// one per dp version under the user's cache directory (`$XDG_CACHE_HOME/dp`, else
+/// `~/.cache/dp`, else the temporary directory), rewritten only when it differs. A stable
+/// path lets an editor keep the file open across sessions.
+fn stdlib_target(module: &str, name: &str) -> Option<Target> {
+    let (text, span) = stdlib_definition(module, name)?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join("dp").join(format!("stdlib-{}", env!("CARGO_PKG_VERSION")));
+    let path = dir.join(format!("{module}.dp"));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::write(&path, text).ok()?;
+    }
+    let lines = LineIndex::new(text);
+    Some(Target { path: Some(path), range: lines.range(text, span.start as usize, span.end as usize) })
+}
 
 /// The names one top-level item defined, with their rendered types.
 type Defined = Vec<(Rc<str>, String)>;
@@ -242,20 +279,24 @@ impl Analysis {
             (OccKind::Field, _) => return None,
             (OccKind::Member { module }, _) => {
                 let ty = self.member_type(module, &occ.name)?;
-                code(format!("{module}.{} : {ty}", occ.name))
+                with_doc(code(format!("{module}.{} : {ty}", occ.name)), self.member_doc(module, &occ.name))
             }
             (OccKind::Constructor, _) => code(format!("{} : {}", occ.name, self.constructor_type(&occ.name, base)?)),
             (_, Some(d)) => {
                 let ty = self.def_type(d)?;
                 let what = if d.kind == DefKind::Local { "local" } else { "top-level" };
-                format!("{}\n\n*{what}*", code(format!("{} : {ty}", d.name)))
+                let doc =
+                    (d.kind == DefKind::TopLevel).then(|| doc_before(&self.text, d.span.start as usize)).flatten();
+                with_doc(format!("{}\n\n*{what}*", code(format!("{} : {ty}", d.name))), doc)
             }
             (_, None) => {
                 // Not bound in this document: a builtin or a prelude function.
                 let ty = base
                     .and_then(|b| b.checker().type_of_name(&occ.name))
                     .or_else(|| self.session.as_ref().and_then(|s| s.checker().type_of_name(&occ.name)))?;
-                format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name)))
+                let doc = stdlib_definition("prelude", &occ.name)
+                    .and_then(|(text, span)| doc_before(text, span.start as usize));
+                with_doc(format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name))), doc)
             }
         };
         Some(HoverInfo { markdown: text, span })
@@ -268,7 +309,13 @@ impl Analysis {
         if let Some(d) = occ.def {
             return Some(Target { path: None, range: self.range(self.index.defs[d].span) });
         }
-        let OccKind::Member { module } = &occ.kind else { return None };
+        let OccKind::Member { module } = &occ.kind else {
+            // Not bound in this document: a prelude function's definition is in the prelude.
+            return stdlib_target("prelude", &occ.name);
+        };
+        if self.imports().iter().any(|t| matches!(t, ImportTarget::Stdlib(n) if n == module)) {
+            return stdlib_target(module, &occ.name);
+        }
         // A member of an imported file: find its top-level definition there.
         let path = self.items.iter().flatten().find_map(|i| match &i.kind {
             ItemKind::Import(ImportTarget::File(p)) if module_name(p) == *module => Some(self.dir.join(p)),
@@ -406,6 +453,25 @@ impl Analysis {
         names.sort();
         names.dedup();
         names.into_iter().map(|n| (n.clone(), self.member_type(m, &n))).collect()
+    }
+
+    /// The doc comment of `module.name`, a member of an imported standard-library module or file.
+    fn member_doc(&self, module: &str, name: &str) -> Option<String> {
+        let target = self.imports().into_iter().find(|t| match t {
+            ImportTarget::Stdlib(n) => n == module,
+            ImportTarget::File(p) => module_name(p) == module,
+        })?;
+        match target {
+            ImportTarget::Stdlib(n) => {
+                stdlib_definition(&n, name).and_then(|(text, span)| doc_before(text, span.start as usize))
+            }
+            ImportTarget::File(p) => {
+                let text = std::fs::read_to_string(self.dir.join(p)).ok()?;
+                let items = parse_program(&text, 0).ok()?;
+                let (_, span) = top_level_names(&items).into_iter().rev().find(|(n, _)| n == name)?;
+                doc_before(&text, span.start as usize)
+            }
+        }
     }
 
     /// The document's imports: from the syntax tree, or while it has a syntax error, from its
