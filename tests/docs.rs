@@ -57,4 +57,8 @@ fn completion_of_keywords_builtins_prelude_user_names_and_members() {
     has("(optim.ad", "adam");
     has(":br", ":browse");
     assert!(c.complete("nn.", 3).1.contains(&"linear".to_string()), "all members after `nn.`");
+    // Not every character before a word is one byte wide.
+    assert_eq!(has("\"→\" ++ jo", "join"), 9);
+    assert_eq!(has("→nn.li", "linear"), 6);
+    assert!(c.complete("é", 2).1.is_empty() && c.complete("", 0).1.is_empty());
 }

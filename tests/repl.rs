@@ -108,79 +108,83 @@ fn repl_help_and_load() {
 // An entry takes effect whole or not at all: after a failed entry its names are unbound (or
 // keep their earlier binding), never bound to a value that was not computed.
 
+/// Sends each line and waits for what it must print ("" waits for nothing: a line that only
+/// continues an entry).
+fn talk(p: &mut Session, exchange: &[(&str, &str)]) {
+    for (line, reply) in exchange {
+        p.send_line(line).unwrap();
+        if !reply.is_empty() {
+            p.expect(*reply).unwrap_or_else(|e| panic!("after `{line}`, no `{reply}`: {e}"));
+        }
+    }
+}
+
 #[test]
 fn repl_type_error_leaves_names_unbound_or_as_before() {
     let mut p = start();
-    // A one-line `let rec` waits for a possible `and` line; the blank line submits it.
-    p.send_line("let rec q n = q + 1").unwrap();
-    p.send_line("").unwrap();
-    p.expect("type mismatch").unwrap();
-    p.send_line("q").unwrap();
-    p.expect("unbound variable `q`").unwrap();
-    p.send_line("let q = 5").unwrap();
-    p.expect("val q : Int").unwrap();
-    p.send_line("let rec q n = q + 1").unwrap();
-    p.send_line("").unwrap();
-    p.expect("type mismatch").unwrap();
-    p.send_line("q * 2").unwrap();
-    p.expect("- : Int = 10").unwrap();
-    p.send_line(":quit").unwrap();
+    talk(
+        &mut p,
+        &[
+            // A one-line `let rec` waits for a possible `and` line; the blank line submits it.
+            ("let rec q n = q + 1", ""),
+            ("", "type mismatch"),
+            ("q", "unbound variable `q`"),
+            ("let q = 5", "val q : Int"),
+            ("let rec q n = q + 1", ""),
+            ("", "type mismatch"),
+            ("q * 2", "- : Int = 10"),
+            (":quit", ""),
+        ],
+    );
 }
 
 #[test]
 fn repl_run_time_error_undoes_the_whole_entry() {
     let mut p = start();
-    p.send_line("let x = error \"boom\"").unwrap();
-    p.expect("boom").unwrap();
-    p.send_line("x + 1").unwrap();
-    p.expect("unbound variable `x`").unwrap();
-    // A pattern `let` whose right-hand side prints, then fails: nothing is bound.
-    p.send_line("let (a, b) = (println \"ran\"; (1, 1 / 0))").unwrap();
-    p.expect("division by zero").unwrap();
-    p.send_line("a").unwrap();
-    p.expect("unbound variable `a`").unwrap();
-    p.send_line("let after = 3").unwrap();
-    p.expect("val after : Int").unwrap();
-    p.send_line(":quit").unwrap();
+    talk(
+        &mut p,
+        &[
+            ("let x = error \"boom\"", "boom"),
+            ("x + 1", "unbound variable `x`"),
+            // A pattern `let` whose right-hand side prints, then fails: nothing is bound.
+            ("let (a, b) = (println \"ran\"; (1, 1 / 0))", "division by zero"),
+            ("a", "unbound variable `a`"),
+            ("let after = 3", "val after : Int"),
+            (":quit", ""),
+        ],
+    );
 }
 
 #[test]
 fn repl_interrupted_entry_binds_nothing() {
     let mut p = start();
-    p.send_line("let kept = 7").unwrap();
-    p.expect("val kept : Int").unwrap();
-    p.send_line("let spun = let rec spin x = spin x in spin 0").unwrap();
+    talk(&mut p, &[("let kept = 7", "val kept : Int"), ("let spun = let rec spin x = spin x in spin 0", "")]);
     std::thread::sleep(Duration::from_millis(500));
     p.send(ControlCode::EndOfText).unwrap();
     p.expect("interrupted").unwrap();
-    p.send_line("spun").unwrap();
-    p.expect("unbound variable `spun`").unwrap();
-    p.send_line("kept + 1").unwrap();
-    p.expect("- : Int = 8").unwrap();
-    p.send_line(":quit").unwrap();
+    talk(&mut p, &[("spun", "unbound variable `spun`"), ("kept + 1", "- : Int = 8"), (":quit", "")]);
 }
 
 #[test]
 fn repl_failed_load_keeps_earlier_definitions() {
-    let mut p = start();
-    p.send_line("let good = 1").unwrap();
-    p.expect("val good : Int").unwrap();
     let dir = std::env::temp_dir();
     let typo = dir.join(format!("dp_repl_bad_load_{}.dp", std::process::id()));
     std::fs::write(&typo, "let good = 2\nlet bad = 1 + \"a\"\n").unwrap();
-    p.send_line(format!(":load {}", typo.display())).unwrap();
-    p.expect("type mismatch").unwrap();
-    p.send_line("good").unwrap();
-    p.expect("- : Int = 1").unwrap();
     let crash = dir.join(format!("dp_repl_crash_load_{}.dp", std::process::id()));
     std::fs::write(&crash, "let good = 3\nlet also = 4\nlet () = error \"late failure\"\n").unwrap();
-    p.send_line(format!(":load {}", crash.display())).unwrap();
-    p.expect("late failure").unwrap();
-    p.send_line("good + 10").unwrap();
-    p.expect("- : Int = 11").unwrap();
-    p.send_line("also").unwrap();
-    p.expect("unbound variable `also`").unwrap();
-    p.send_line(":quit").unwrap();
+    let mut p = start();
+    talk(
+        &mut p,
+        &[
+            ("let good = 1", "val good : Int"),
+            (&format!(":load {}", typo.display()), "type mismatch"),
+            ("good", "- : Int = 1"),
+            (&format!(":load {}", crash.display()), "late failure"),
+            ("good + 10", "- : Int = 11"),
+            ("also", "unbound variable `also`"),
+            (":quit", ""),
+        ],
+    );
 }
 
 // ---------------------------------------------------------------- multi-line input
@@ -305,36 +309,35 @@ fn colour_of_the_repl_prompt() {
 
 #[test]
 fn repl_browse_doc_and_reload() {
-    let mut p = start();
-    p.send_line(":browse nn").unwrap();
-    p.expect("linear : ").unwrap();
-    p.send_line(":browse prelude").unwrap();
-    p.expect("min_of : Ord a => a -> a -> a").unwrap();
-    p.send_line(":doc map").unwrap();
-    p.expect("applies `f` to each element").unwrap();
-    p.send_line(":doc optim.adam").unwrap();
-    p.expect("Kingma & Ba").unwrap();
-    // A user's own `///` comment, typed before the definition (the comment line waits).
-    p.send_line("/// Triples.").unwrap();
-    p.send_line("let triple x = 3 * x").unwrap();
-    p.send_line("").unwrap();
-    p.expect("val triple").unwrap();
-    p.send_line(":doc triple").unwrap();
-    p.expect("Triples.").unwrap();
-    p.send_line(":browse").unwrap();
-    p.expect("triple : Int -> Int").unwrap();
     let file = std::env::temp_dir().join(format!("dp_repl_reload_{}.dp", std::process::id()));
     std::fs::write(&file, "let version = 1\n").unwrap();
-    p.send_line(format!(":load {}", file.display())).unwrap();
-    p.expect("loaded").unwrap();
+    let mut p = start();
+    talk(
+        &mut p,
+        &[
+            (":browse nn", "linear : "),
+            (":browse prelude", "min_of : Ord a => a -> a -> a"),
+            (":doc map", "applies `f` to each element"),
+            (":doc optim.adam", "Kingma & Ba"),
+            // A user's own `///` comment, typed before the definition (the comment line waits).
+            ("/// Triples.", ""),
+            ("let triple x = 3 * x", ""),
+            ("", "val triple"),
+            (":doc triple", "Triples."),
+            (":browse", "triple : Int -> Int"),
+            (&format!(":load {}", file.display()), "loaded"),
+        ],
+    );
     std::fs::write(&file, "let version = 2\n").unwrap();
-    p.send_line(":reload").unwrap();
-    p.expect("loaded").unwrap();
-    p.send_line("version").unwrap();
-    p.expect("- : Int = 2").unwrap();
-    p.send_line(":doc no_such_name").unwrap();
-    p.expect("no documentation for `no_such_name`").unwrap();
-    p.send_line(":quit").unwrap();
+    talk(
+        &mut p,
+        &[
+            (":reload", "loaded"),
+            ("version", "- : Int = 2"),
+            (":doc no_such_name", "no documentation for `no_such_name`"),
+            (":quit", ""),
+        ],
+    );
 }
 
 #[test]
@@ -346,7 +349,11 @@ fn repl_tab_completes_user_names_and_members() {
     p.send("\t").unwrap();
     p.send(" + 1\r").unwrap();
     p.expect("- : Int = 42").unwrap();
+    // Wait for the import to finish (its echo, then the next prompt): in raw mode the line
+    // editor does not reliably keep keys typed ahead while an entry runs.
     p.send_line("import nn").unwrap();
+    p.expect("import nn").unwrap();
+    p.expect("dp> ").unwrap();
     p.send("nn.batch_si").unwrap();
     p.send("\t").unwrap();
     p.send(" (zeros [3, 2])\r").unwrap();

@@ -31,10 +31,6 @@ impl Completions {
     /// The names in scope of `session` (refreshed after each entry), with the keywords and the
     /// members of every standard-library module.
     pub fn of(session: &Session) -> Completions {
-        let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
-        names.extend(session.checker().names_in_scope().into_iter().map(|(n, _)| n.to_string()));
-        names.sort();
-        names.dedup();
         let mut members = HashMap::new();
         for m in crate::session::stdlib_names() {
             // Parsing is enough for the names (no checking): completion must be instant.
@@ -45,24 +41,29 @@ impl Completions {
             ns.dedup();
             members.insert(m.to_string(), ns);
         }
-        Completions { names, members }
+        Completions { names: Completions::names_in(session), members }
+    }
+
+    /// The keywords and every name in scope of `session`, sorted.
+    pub fn names_in(session: &Session) -> Vec<String> {
+        let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
+        names.extend(session.checker().names_in_scope().into_iter().map(|(n, _)| n.to_string()));
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// The start of the word before `pos` and the candidates that complete it.
     pub fn complete(&self, line: &str, pos: usize) -> (usize, Vec<String>) {
-        let is_word = |c: char| c.is_alphanumeric() || c == '_' || c == '\'';
         let before = &line[..pos];
         if before.starts_with(':') && !before.contains(char::is_whitespace) {
             return (0, COMMANDS.iter().filter(|c| c.starts_with(before)).map(|c| c.to_string()).collect());
         }
-        let start =
-            before.rfind(|c: char| !is_word(c)).map_or(0, |i| i + before[i..].chars().next().map_or(1, char::len_utf8));
+        let start = word_start(before);
         let word = &before[start..];
         // `module.` then part of a member's name.
-        if before[..start].ends_with('.') {
-            let m_end = start - 1;
-            let m_start = before[..m_end].rfind(|c: char| !is_word(c)).map_or(0, |i| i + 1);
-            let module = &before[m_start..m_end];
+        if let Some(module_text) = before[..start].strip_suffix('.') {
+            let module = &module_text[word_start(module_text)..];
             let found = self.members.get(module).into_iter().flatten().filter(|n| n.starts_with(word)).cloned();
             return (start, found.collect());
         }
@@ -71,6 +72,12 @@ impl Completions {
         }
         (start, self.names.iter().filter(|n| n.starts_with(word)).cloned().collect())
     }
+}
+
+/// Where the identifier that `text` ends with begins (a byte offset on a char boundary).
+fn word_start(text: &str) -> usize {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_' || c == '\'';
+    text.char_indices().rev().take_while(|(_, c)| is_word(*c)).last().map_or(text.len(), |(i, _)| i)
 }
 
 /// Multi-line validation and completion.
@@ -212,7 +219,7 @@ pub fn start(stack_limit: usize) -> u8 {
                     break;
                 }
                 if let Some(h) = rl.helper_mut() {
-                    h.completions.names = Completions::of(&repl.session).names;
+                    h.completions.names = Completions::names_in(&repl.session);
                 }
             }
             Err(ReadlineError::Interrupted) => continue,
