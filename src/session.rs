@@ -146,8 +146,9 @@ impl Session {
     /// Runs a checked entry; on any error (run-time error, interrupt, `exit`) the entry's
     /// bindings are undone (see the transaction model above).
     pub fn run(&mut self, checked: Checked) -> Result<Vec<Echo>, Diagnostic> {
-        let pending = self.pending.take().filter(|_| checked.generation == self.generation && !self.check_only);
-        let Some(snapshot) = pending else {
+        // A stale entry leaves the pending one (if any) alone.
+        let current = checked.generation == self.generation && !self.check_only;
+        let Some(snapshot) = self.pending.take_if(|_| current) else {
             return Err(Diagnostic::error(
                 Phase::Runtime,
                 "this entry cannot run: the session changed after it was checked",

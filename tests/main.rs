@@ -10,6 +10,7 @@ mod layers;
 mod lsp;
 mod repl;
 mod run;
+mod session;
 mod snapshots;
 mod tensors;
 mod types;

@@ -236,6 +236,22 @@ fn multi_line_forms(mut p: Session) {
 }
 
 #[test]
+fn repl_ctrl_c_abandons_the_entry_being_typed() {
+    // In the line editor (raw mode) Ctrl-C is a key: the unfinished entry is dropped.
+    let mut p = start_in("xterm");
+    type_line(&mut p, "let abandoned x =");
+    type_line(&mut p, "  x +");
+    p.send(ControlCode::EndOfText).unwrap();
+    // Give the editor time to start the next line: it drops keys typed ahead of it.
+    std::thread::sleep(Duration::from_millis(300));
+    type_line(&mut p, "20 + 22");
+    p.expect("- : Int = 42").unwrap();
+    type_line(&mut p, "abandoned");
+    p.expect("unbound variable `abandoned`").unwrap();
+    p.send_line(":quit").unwrap();
+}
+
+#[test]
 fn repl_multi_line_blank_line_rules() {
     let mut p = start();
     // A blank line does not submit an entry that still stops too early.
