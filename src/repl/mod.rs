@@ -269,6 +269,7 @@ impl Repl {
                 Ok(t) => println!("{rest} : {t}"),
                 Err(d) => eprint!("{}", self.session.render(&d, color)),
             },
+            "l" | "load" if rest.is_empty() => eprintln!("usage: :load file.dp"),
             "l" | "load" => return self.load(rest),
             "r" | "reload" => {
                 if self.loaded.is_empty() {
