@@ -26,9 +26,9 @@ struct Unit {
 
 /// A checked entry (a program, a file, a REPL entry) waiting for `Session::run`.
 ///
-/// It is valid until the session is asked to do anything else that changes it: a later
-/// `check`, `eval` or `type_of` first abandons the pending entry (its bindings are undone), and
-/// running a stale `Checked` is refused.
+/// It is valid until the session checks something else: a later `check` or `eval` first
+/// abandons the pending entry (its bindings are undone), and running a stale `Checked` is
+/// refused. (`type_of` leaves the pending entry alone: it changes nothing.)
 pub struct Checked {
     units: Vec<Unit>,
     generation: u64,
