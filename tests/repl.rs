@@ -197,6 +197,14 @@ fn type_line(p: &mut Session, line: &str) {
     p.send("\r").unwrap();
 }
 
+/// Types `lines` key by key, then waits for `reply`.
+fn type_lines(p: &mut Session, lines: &[&str], reply: &str) {
+    for line in lines {
+        type_line(p, line);
+    }
+    p.expect(reply).unwrap_or_else(|e| panic!("after {lines:?}, no `{reply}`: {e}"));
+}
+
 #[test]
 fn repl_multi_line_match_if_pipe_and_let_and() {
     multi_line_forms(start());
@@ -208,30 +216,19 @@ fn repl_multi_line_in_the_line_editor() {
 }
 
 fn multi_line_forms(mut p: Session) {
-    for line in ["let f x = match x with", "| 0 -> \"zero\"", "| _ -> \"other\"", ""] {
-        type_line(&mut p, line);
-    }
-    p.expect("val f : Int -> String").unwrap();
-    type_line(&mut p, "f 3");
-    p.expect("- : String = \"other\"").unwrap();
-    for line in ["let sign x =", "  if x < 0 then -1", "  else 1", ""] {
-        type_line(&mut p, line);
-    }
-    p.expect("val sign : Int -> Int").unwrap();
-    for line in ["let total =", "  [1, 2, 3]", "  |> map (fun x -> x * 10)", "  |> sum_int", ""] {
-        type_line(&mut p, line);
-    }
-    p.expect("val total : Int").unwrap();
-    for line in [
+    let p = &mut p;
+    type_lines(p, &["let f x = match x with", "| 0 -> \"zero\"", "| _ -> \"other\"", ""], "val f : Int -> String");
+    type_lines(p, &["f 3"], "- : String = \"other\"");
+    type_lines(p, &["let sign x =", "  if x < 0 then -1", "  else 1", ""], "val sign : Int -> Int");
+    let pipe = ["let total =", "  [1, 2, 3]", "  |> map (fun x -> x * 10)", "  |> sum_int", ""];
+    type_lines(p, &pipe, "val total : Int");
+    let group = [
         "let rec even n = if n == 0 then true else odd (n - 1)",
         "and odd n = if n == 0 then false else even (n - 1)",
         "",
-    ] {
-        type_line(&mut p, line);
-    }
-    p.expect("val odd : Int -> Bool").unwrap();
-    type_line(&mut p, "(sign (-4), total, even 10)");
-    p.expect("- : (Int, Int, Bool) = (-1, 60, true)").unwrap();
+    ];
+    type_lines(p, &group, "val odd : Int -> Bool");
+    type_lines(p, &["(sign (-4), total, even 10)"], "- : (Int, Int, Bool) = (-1, 60, true)");
     p.send_line(":quit").unwrap();
 }
 
@@ -244,10 +241,8 @@ fn repl_ctrl_c_abandons_the_entry_being_typed() {
     p.send(ControlCode::EndOfText).unwrap();
     // Give the editor time to start the next line: it drops keys typed ahead of it.
     std::thread::sleep(Duration::from_millis(300));
-    type_line(&mut p, "20 + 22");
-    p.expect("- : Int = 42").unwrap();
-    type_line(&mut p, "abandoned");
-    p.expect("unbound variable `abandoned`").unwrap();
+    type_lines(&mut p, &["20 + 22"], "- : Int = 42");
+    type_lines(&mut p, &["abandoned"], "unbound variable `abandoned`");
     p.send_line(":quit").unwrap();
 }
 
@@ -255,17 +250,10 @@ fn repl_ctrl_c_abandons_the_entry_being_typed() {
 fn repl_multi_line_blank_line_rules() {
     let mut p = start();
     // A blank line does not submit an entry that still stops too early.
-    for line in ["let g =", "", "  (1 +", "", "  2)", ""] {
-        type_line(&mut p, line);
-    }
-    p.expect("val g : Int").unwrap();
+    type_lines(&mut p, &["let g =", "", "  (1 +", "", "  2)", ""], "val g : Int");
     // A syntax error that more lines cannot fix is reported at once.
-    for line in ["let h x =", "  x + )"] {
-        type_line(&mut p, line);
-    }
-    p.expect("syntax error").unwrap();
-    type_line(&mut p, "g + 1");
-    p.expect("- : Int = 4").unwrap();
+    type_lines(&mut p, &["let h x =", "  x + )"], "syntax error");
+    type_lines(&mut p, &["g + 1"], "- : Int = 4");
     p.send_line(":quit").unwrap();
 }
 

@@ -11,6 +11,11 @@ fn session() -> Session {
     s
 }
 
+/// Checks and runs one entry in the current directory: whether it took effect.
+fn took_effect(s: &mut Session, text: &str) -> bool {
+    s.eval("<entry>", text, Path::new(".")).is_ok()
+}
+
 fn ty(s: &mut Session, e: &str) -> String {
     s.type_of("<t>", e).unwrap_or_else(|d| format!("error: {}", d.message))
 }
@@ -18,18 +23,17 @@ fn ty(s: &mut Session, e: &str) -> String {
 #[test]
 fn a_failed_entry_leaves_the_bindings_as_before() {
     let mut s = session();
-    let here = Path::new(".");
-    s.eval("<1>", "let a = 1\ntype T = A | B", here).unwrap();
+    assert!(took_effect(&mut s, "let a = 1\ntype T = A | B"));
     // A type error in the second item: the first item's new `a` and `b` are not bound.
-    assert!(s.eval("<2>", "let a = \"shadow\"\nlet b = 1 + \"x\"", here).is_err());
+    assert!(!took_effect(&mut s, "let a = \"shadow\"\nlet b = 1 + \"x\""));
     assert_eq!(ty(&mut s, "a"), "Int");
     assert!(ty(&mut s, "b").contains("unbound"));
     // A run-time error after a type declaration and an import: neither stays.
-    assert!(s.eval("<3>", "import nn\ntype U = C\nlet c = C\nlet () = error \"late\"", here).is_err());
+    assert!(!took_effect(&mut s, "import nn\ntype U = C\nlet c = C\nlet () = error \"late\""));
     assert!(ty(&mut s, "C").starts_with("error"));
     assert!(ty(&mut s, "nn.linear").starts_with("error"));
     // The same entry, fixed, takes effect.
-    let echoes = s.eval("<4>", "import nn\ntype U = C\nlet c = C", here).unwrap();
+    let echoes = s.eval("<entry>", "import nn\ntype U = C\nlet c = C", Path::new(".")).unwrap();
     assert!(echoes.iter().any(|e| matches!(e, Echo::Defined { name, .. } if name == "c")));
     // The failed run may have left values of its `U` in cells, so this `U` is another type
     // (shown as OCaml shows a redeclared type).
@@ -41,13 +45,12 @@ fn what_a_failed_run_fixed_stays_fixed() {
     // The cell received an Int list before the entry failed, so its weak type variable must
     // stay Int: putting it back would let a later entry store a String in an Int list.
     let mut s = session();
-    let here = Path::new(".");
-    s.eval("<1>", "let r = ref []", here).unwrap();
-    assert!(s.eval("<2>", "let () = r := [1]; error \"x\"", here).is_err());
+    assert!(took_effect(&mut s, "let r = ref []"));
+    assert!(!took_effect(&mut s, "let () = r := [1]; error \"x\""));
     assert_eq!(ty(&mut s, "r"), "Ref (List Int)");
-    assert!(s.eval("<3>", "r := [\"s\"]", here).is_err(), "the cell holds Ints");
+    assert!(!took_effect(&mut s, "r := [\"s\"]"), "the cell holds Ints");
     // `:type` changes nothing, even where checking would fix a weak type variable.
-    s.eval("<4>", "let q = ref []", here).unwrap();
+    assert!(took_effect(&mut s, "let q = ref []"));
     assert_eq!(ty(&mut s, "q := [1.5]"), "Unit");
     assert_eq!(ty(&mut s, "q"), "Ref (List a)");
 }
@@ -55,14 +58,13 @@ fn what_a_failed_run_fixed_stays_fixed() {
 #[test]
 fn only_the_latest_checked_entry_runs() {
     let mut s = session();
-    let here = Path::new(".");
-    let first = s.check("<1>", "let x = 1", here).unwrap();
-    let second = s.check("<2>", "let y = 2", here).unwrap();
+    let first = s.check("<1>", "let x = 1", Path::new(".")).unwrap();
+    let second = s.check("<2>", "let y = 2", Path::new(".")).unwrap();
     assert!(s.run(first).is_err(), "a stale entry is refused");
     assert!(ty(&mut s, "x").contains("unbound"), "checking again abandoned the first entry");
     s.run(second).unwrap();
     assert_eq!(ty(&mut s, "y"), "Int");
     // A session that only checks (the language server's) never runs.
-    let checked = s.check_only("<3>", "let z = 3", here).unwrap();
+    let checked = s.check_only("<3>", "let z = 3", Path::new(".")).unwrap();
     assert!(s.run(checked).is_err());
 }
