@@ -8,6 +8,7 @@ pub mod builtins;
 pub mod cli;
 pub mod core;
 pub mod diagnostic;
+pub mod docs;
 pub mod eval;
 pub mod format;
 pub mod lsp;

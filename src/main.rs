@@ -15,6 +15,10 @@ struct Cli {
     /// when there is one, else the CPU, said once on stderr).
     #[arg(long, global = true, default_value = "cpu", value_parser = ["cpu", "gpu", "auto"])]
     device: String,
+    /// Colour in reports and the REPL's prompt: `auto` (on a terminal, unless `NO_COLOR` is set
+    /// or `TERM=dumb`), `always` or `never`.
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    color: String,
 }
 
 #[derive(Subcommand)]
@@ -31,6 +35,11 @@ enum Command {
     Repl,
     /// Run the language server (LSP over standard input and output).
     Lsp,
+    /// Write the standard library's reference (names, types, doc comments) as Markdown.
+    Doc {
+        #[arg(default_value = "docs/stdlib.md")]
+        out: String,
+    },
 }
 
 /// Applies `--device`; false (after saying why) when it cannot be honoured.
@@ -53,6 +62,7 @@ fn set_device(device: &str) -> bool {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    dp::cli::set_color(dp::cli::ColorChoice::parse(&cli.color).unwrap_or(dp::cli::ColorChoice::Auto));
     // The checker recurses on the syntax tree; give it room for deeply nested programs.
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
@@ -62,6 +72,7 @@ fn main() -> ExitCode {
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
             Some(Command::Lsp) => dp::lsp::serve(),
+            Some(Command::Doc { out }) => dp::cli::doc(&out),
         })
         .expect("spawn the interpreter thread");
     match handle.join() {

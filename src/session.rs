@@ -16,12 +16,30 @@ use std::rc::Rc;
 include!(concat!(env!("OUT_DIR"), "/stdlib_table.rs"));
 
 /// One checked, compiled top-level item waiting to run.
-pub struct Unit {
-    pub func: Rc<Function>,
+struct Unit {
+    func: Rc<Function>,
     /// For bare expressions: the rendered type (the REPL echoes value and type).
-    pub expr_type: Option<String>,
-    pub defined: Vec<(Rc<str>, String)>,
-    pub from_user: bool,
+    expr_type: Option<String>,
+    defined: Vec<(Rc<str>, String)>,
+    from_user: bool,
+}
+
+/// A checked entry (a program, a file, a REPL entry) waiting for `Session::run`.
+///
+/// It is valid until the session checks something else: a later `check` or `eval` first
+/// abandons the pending entry (its bindings are undone), and running a stale `Checked` is
+/// refused. (`type_of` leaves the pending entry alone: it changes nothing.)
+pub struct Checked {
+    units: Vec<Unit>,
+    generation: u64,
+}
+
+impl Checked {
+    /// For each of the entry's own top-level items (imports left out): the names it defines,
+    /// with their rendered types.
+    pub fn defined(&self) -> Vec<Vec<(Rc<str>, String)>> {
+        self.units.iter().filter(|u| u.from_user).map(|u| u.defined.clone()).collect()
+    }
 }
 
 /// What the REPL shows after evaluating an input.
@@ -30,13 +48,35 @@ pub enum Echo {
     Defined { name: String, ty: String },
 }
 
+/// The state an entry can change, as it was before the entry: put back when it fails.
+struct Snapshot {
+    checker: Checker,
+    modules: HashMap<String, usize>,
+}
+
+/// A dp session: the prelude, then every entry that took effect.
+///
+/// **Transactions.** An entry (a REPL input, a `:load`ed file, a `dp run` program) either takes
+/// effect whole or leaves the session's bindings as they were: `check` snapshots the checker,
+/// and a type error, a run-time error, an interrupt or `exit` in any of the entry's items puts
+/// the snapshot back, so none of the entry's names (nor its types or imports) stays bound.
+/// What a failed run has already done outside the bindings is not undone (output, files,
+/// assignments to reference cells of earlier entries); for soundness the solved type variables,
+/// the used global slots and the count of declared types survive a failed run (see
+/// `Checker::restore_after_run`). The fields are private so that no caller can bypass this.
 pub struct Session {
-    pub sources: SourceMap,
-    pub checker: Checker,
-    pub machine: Machine,
+    sources: SourceMap,
+    checker: Checker,
+    machine: Machine,
     modules: HashMap<String, usize>,
     base_scope: Option<HashMap<Rc<str>, Vec<crate::types::check::BindingRef>>>,
     loading: Vec<String>,
+    /// The snapshot of the entry checked but not yet run (see `Checked`).
+    pending: Option<Snapshot>,
+    /// Counts `check`s, so that a stale `Checked` is recognised.
+    generation: u64,
+    /// Set by `check_only`: the checker's bindings no longer match what has run.
+    check_only: bool,
 }
 
 /// A standard-library module's source by name.
@@ -58,6 +98,9 @@ impl Session {
             modules: HashMap::new(),
             base_scope: None,
             loading: Vec::new(),
+            pending: None,
+            generation: 0,
+            check_only: false,
         };
         if let Some(prelude) = stdlib_source("prelude") {
             let id = s.sources.add("<stdlib/prelude.dp>", prelude);
@@ -70,27 +113,120 @@ impl Session {
         Ok(s)
     }
 
-    /// Parses and checks a whole program, with its imports; nothing runs.
-    pub fn check_program(&mut self, name: &str, text: &str, dir: &Path) -> Result<Vec<Unit>, Diagnostic> {
-        let id = self.sources.add(name, text);
-        let items = parser::parse_program(text, id)?;
-        self.check_items(&items, dir, true)
+    /// Parses and checks a whole entry, with its imports; nothing runs yet (`run` does). On an
+    /// error the session is as it was before.
+    pub fn check(&mut self, name: &str, text: &str, dir: &Path) -> Result<Checked, Diagnostic> {
+        self.abandon_pending();
+        let snapshot = Snapshot { checker: self.checker.clone(), modules: self.modules.clone() };
+        match self.check_program(name, text, dir) {
+            Ok(units) => {
+                self.pending = Some(snapshot);
+                self.generation += 1;
+                Ok(Checked { units, generation: self.generation })
+            }
+            Err(d) => {
+                self.restore(snapshot, false);
+                Err(d)
+            }
+        }
     }
 
-    /// Parses what parses and checks it, nothing runs: the language server keeps hover and
-    /// definitions for the items around a syntax error. Returns the check of the items that
-    /// parsed, and the syntax errors.
-    pub fn check_program_recovering(
+    /// Checks a program and keeps its bindings, even those of a program with errors (whose
+    /// failed items are bound to the error type): for tools that never run anything, such as
+    /// the language server, which then asks about the checked names. A session that has done
+    /// this refuses to run.
+    pub fn check_only(&mut self, name: &str, text: &str, dir: &Path) -> Result<Checked, Diagnostic> {
+        match self.check_only_recovering(name, text, dir) {
+            (_, Some(syntax)) => Err(syntax),
+            (checked, None) => checked,
+        }
+    }
+
+    /// `check_only` that also checks the items around a syntax error (each top-level item is
+    /// parsed on its own): the language server keeps hover and definitions for them. Returns
+    /// the check of the items that parsed, and the syntax errors.
+    pub fn check_only_recovering(
         &mut self,
         name: &str,
         text: &str,
         dir: &Path,
-    ) -> (Result<Vec<Unit>, Diagnostic>, Option<Diagnostic>) {
+    ) -> (Result<Checked, Diagnostic>, Option<Diagnostic>) {
+        self.abandon_pending();
+        self.check_only = true;
+        self.generation += 1;
         let id = self.sources.add(name, text);
         let (items, syntax) = parser::parse_program_recovering(text, id);
-        (self.check_items(&items, dir, true), syntax)
+        let checked = self.check_items(&items, dir, true).map(|units| Checked { units, generation: self.generation });
+        (checked, syntax)
     }
 
+    /// Runs a checked entry; on any error (run-time error, interrupt, `exit`) the entry's
+    /// bindings are undone (see the transaction model above).
+    pub fn run(&mut self, checked: Checked) -> Result<Vec<Echo>, Diagnostic> {
+        // A stale entry leaves the pending one (if any) alone.
+        let current = checked.generation == self.generation && !self.check_only;
+        let Some(snapshot) = self.pending.take_if(|_| current) else {
+            return Err(Diagnostic::error(
+                Phase::Runtime,
+                "this entry cannot run: the session changed after it was checked",
+            ));
+        };
+        let r = self.run_units(&checked.units);
+        if r.is_err() {
+            self.restore(snapshot, true);
+        }
+        r
+    }
+
+    /// Check-then-run of one entry (a file's text or a REPL input), as one transaction.
+    pub fn eval(&mut self, name: &str, text: &str, dir: &Path) -> Result<Vec<Echo>, Diagnostic> {
+        let checked = self.check(name, text, dir)?;
+        self.run(checked)
+    }
+
+    /// The type of an expression (the REPL's `:type`), rendered with its constraints. Nothing
+    /// of the session changes: checking it could fix weak type variables of earlier bindings.
+    pub fn type_of(&mut self, name: &str, text: &str) -> Result<String, Diagnostic> {
+        let id = self.sources.add(name, text);
+        let e = crate::syntax::lexer::lex(text, id).and_then(|toks| parser::parse_expr(toks, id))?;
+        self.type_of_expr(&e)
+    }
+
+    /// `type_of` for an expression already parsed (the language server parses it itself).
+    pub fn type_of_expr(&mut self, e: &crate::syntax::ast::Expr) -> Result<String, Diagnostic> {
+        let before = self.checker.clone();
+        let r = self.checker.type_of_expr(e);
+        self.checker = before;
+        r
+    }
+
+    /// Undoes a checked entry that was never run.
+    fn abandon_pending(&mut self) {
+        if let Some(s) = self.pending.take() {
+            self.restore(s, false);
+        }
+    }
+
+    /// Puts a snapshot back, keeping the warnings found since (they are still reported). After
+    /// a run, what the run may have made permanent stays (`Checker::restore_after_run`).
+    fn restore(&mut self, s: Snapshot, after_run: bool) {
+        if after_run {
+            self.checker.restore_after_run(s.checker);
+        } else {
+            let warnings = std::mem::take(&mut self.checker.warnings);
+            self.checker = s.checker;
+            self.checker.warnings = warnings;
+        }
+        self.modules = s.modules;
+        self.loading.clear();
+    }
+
+    /// Parses and checks a whole program, with its imports; nothing runs.
+    fn check_program(&mut self, name: &str, text: &str, dir: &Path) -> Result<Vec<Unit>, Diagnostic> {
+        let id = self.sources.add(name, text);
+        let items = parser::parse_program(text, id)?;
+        self.check_items(&items, dir, true)
+    }
     /// Checks every item; an item with a type error is reported and its names are bound to
     /// the error type (so later items are still checked without a cascade of errors), up to
     /// `MAX_ERRORS` errors.
@@ -191,7 +327,7 @@ impl Session {
         Ok(m)
     }
 
-    pub fn run_units(&mut self, units: &[Unit]) -> Result<Vec<Echo>, Diagnostic> {
+    fn run_units(&mut self, units: &[Unit]) -> Result<Vec<Echo>, Diagnostic> {
         let mut echoes = Vec::new();
         for u in units {
             let v = self.machine.run(u.func.clone(), self.checker.global_count as usize)?;
@@ -210,17 +346,55 @@ impl Session {
         Ok(echoes)
     }
 
-    /// Check-then-run of one input (a file's text or a REPL entry).
-    pub fn eval(&mut self, name: &str, text: &str, dir: &Path) -> Result<Vec<Echo>, Diagnostic> {
-        let units = self.check_program(name, text, dir)?;
-        self.run_units(&units)
-    }
-
     pub fn take_warnings(&mut self) -> Vec<Diagnostic> {
         std::mem::take(&mut self.checker.warnings)
     }
 
     pub fn render(&self, d: &Diagnostic, color: bool) -> String {
         d.render(&self.sources, color)
+    }
+
+    /// The checker, to ask about names and types in scope.
+    pub fn checker(&self) -> &Checker {
+        &self.checker
+    }
+
+    /// Every source the session has read (reports point into them).
+    pub fn sources(&self) -> &SourceMap {
+        &self.sources
+    }
+
+    /// Records every binding site while checking (the language server's hover).
+    pub fn record_bindings(&mut self) {
+        self.checker.record_bindings = true;
+    }
+
+    pub fn set_stack_limit(&mut self, limit: usize) {
+        self.machine.stack_limit = limit;
+    }
+
+    /// Bounds the number of calls a run may make (the fuzzer's guard against endless loops).
+    pub fn set_fuel(&mut self, fuel: Option<u64>) {
+        self.machine.fuel = fuel;
+    }
+
+    /// The script's arguments (`args`).
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.machine.args = args;
+    }
+
+    /// Where `print` writes.
+    pub fn set_output(&mut self, out: Box<dyn std::io::Write>) {
+        self.machine.out = out;
+    }
+
+    /// The flag that interrupts a running evaluation when set (Ctrl-C).
+    pub fn interrupt_flag(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.machine.interrupt.clone()
+    }
+
+    /// The status a run asked to exit with (`exit n`), once.
+    pub fn take_exit_code(&mut self) -> Option<i32> {
+        self.machine.exit_code.take()
     }
 }

@@ -412,3 +412,29 @@ fn lsp_protocol_edges() {
     let mut c = Client::start();
     assert_eq!(c.wait(), 1);
 }
+
+#[test]
+fn lsp_hover_shows_doc_comments_and_definition_reaches_the_standard_library() {
+    let mut c = Client::start();
+    let u = uri("stdlib_docs.dp");
+    let text = "import nn\n/// Adds one.\nlet inc x = x + 1\nlet ys = map inc [1, 2]\nlet l = nn.linear\n";
+    assert_eq!(c.open(&u, text), json!([]));
+    // A prelude function, a member of an imported standard-library module, the document's own.
+    let h = c.at("textDocument/hover", &u, 3, 10);
+    assert!(h["contents"]["value"].as_str().unwrap().contains("applies `f` to each element"), "{h}");
+    let h = c.at("textDocument/hover", &u, 4, 12);
+    assert!(h["contents"]["value"].as_str().unwrap().contains("A dense layer"), "{h}");
+    let h = c.at("textDocument/hover", &u, 3, 14);
+    assert!(h["contents"]["value"].as_str().unwrap().contains("Adds one."), "{h}");
+    // Go to definition: into the prelude and into nn, served as files.
+    for (line, col, module, def) in [(3, 10, "prelude.dp", "let map "), (4, 12, "nn.dp", "let linear ")] {
+        let d = c.at("textDocument/definition", &u, line, col);
+        let target = d["uri"].as_str().expect("a location");
+        assert!(target.starts_with("file://") && target.ends_with(module), "{d}");
+        let path = target.trim_start_matches("file://");
+        let source = std::fs::read_to_string(path).expect("the served standard-library file");
+        let at = d["range"]["start"]["line"].as_u64().unwrap() as usize;
+        assert!(source.lines().nth(at).unwrap().starts_with(def), "{d}");
+    }
+    assert_eq!(c.finish(), 0);
+}

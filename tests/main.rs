@@ -1,6 +1,7 @@
 //! The one integration-test binary: golden programs, error snapshots, AD properties, REPL.
 
 mod ad;
+mod docs;
 mod editors;
 mod format;
 mod gen;
@@ -10,6 +11,7 @@ mod layers;
 mod lsp;
 mod repl;
 mod run;
+mod session;
 mod snapshots;
 mod tensors;
 mod types;

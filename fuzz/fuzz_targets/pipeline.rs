@@ -28,21 +28,21 @@ fn pipeline(text: &str) {
         }
     }
     let mut session = Session::new().expect("the prelude loads");
-    session.machine.fuel = Some(FUEL);
-    session.machine.stack_limit = STACK_LIMIT;
-    session.machine.out = Box::new(std::io::sink());
-    let checked = session.check_program("fuzz.dp", text, Path::new("/nonexistent-dp-fuzz-dir"));
+    session.set_fuel(Some(FUEL));
+    session.set_stack_limit(STACK_LIMIT);
+    session.set_output(Box::new(std::io::sink()));
+    let checked = session.check("fuzz.dp", text, Path::new("/nonexistent-dp-fuzz-dir"));
     for w in session.take_warnings() {
         let _ = session.render(&w, false);
     }
-    let units = match checked {
-        Ok(u) => u,
+    let checked = match checked {
+        Ok(c) => c,
         Err(d) => {
             let _ = session.render(&d, false);
             return;
         }
     };
-    if let Err(d) = session.run_units(&units) {
+    if let Err(d) = session.run(checked) {
         let _ = session.render(&d, false);
     }
 }

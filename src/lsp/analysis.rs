@@ -7,6 +7,7 @@
 use super::position::LineIndex;
 use super::resolve::{Def, DefKind, Index, OccKind};
 use crate::diagnostic::{Diagnostic, Severity};
+use crate::docs::{doc_before, top_level_names};
 use crate::session::{stdlib_source, Session};
 use crate::source::Span;
 use crate::syntax::ast::*;
@@ -17,6 +18,42 @@ use lsp_types as lsp;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+
+/// Hover text with a doc comment after it, when there is one.
+fn with_doc(text: String, doc: Option<String>) -> String {
+    match doc {
+        Some(d) => format!("{text}\n\n{d}"),
+        None => text,
+    }
+}
+
+/// A standard-library module's source and the span of `name`'s (last) top-level definition.
+fn stdlib_definition(module: &str, name: &str) -> Option<(&'static str, Span)> {
+    let text = stdlib_source(module)?;
+    let items = parse_program(text, 0).ok()?;
+    top_level_names(&items).into_iter().rev().find(|(n, _)| n == name).map(|(_, span)| (text, span))
+}
+
+/// Where go-to-definition finds `name` of a standard-library module. The library is embedded
+/// in the binary, so the server writes each module's source to a file the editor can open:
+/// one per dp version under the user's cache directory (`$XDG_CACHE_HOME/dp`, else
+/// `~/.cache/dp`, else the temporary directory), rewritten only when it differs. A stable
+/// path lets an editor keep the file open across sessions.
+fn stdlib_target(module: &str, name: &str) -> Option<Target> {
+    let (text, span) = stdlib_definition(module, name)?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join("dp").join(format!("stdlib-{}", env!("CARGO_PKG_VERSION")));
+    let path = dir.join(format!("{module}.dp"));
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::write(&path, text).ok()?;
+    }
+    let lines = LineIndex::new(text);
+    Some(Target { path: Some(path), range: lines.range(text, span.start as usize, span.end as usize) })
+}
 
 /// The names one top-level item defined, with their rendered types.
 type Defined = Vec<(Rc<str>, String)>;
@@ -81,11 +118,11 @@ impl Analysis {
                 return a;
             }
         };
-        session.checker.record_bindings = true;
+        session.record_bindings();
         // Nothing runs, but should anything print, keep it off the protocol's standard output.
-        session.machine.out = Box::new(std::io::sink());
-        a.file = session.sources.files().len() as u32;
-        let (checked, syntax) = session.check_program_recovering(name, text, dir);
+        session.set_output(Box::new(std::io::sink()));
+        a.file = session.sources().files().len() as u32;
+        let (checked, syntax) = session.check_only_recovering(name, text, dir);
         let warnings = session.take_warnings();
         let (items, _) = parse_program_recovering(text, a.file);
         a.index = Index::build(&items, text.len());
@@ -94,7 +131,7 @@ impl Analysis {
         let mut diags = warnings;
         match checked {
             Ok(units) => {
-                a.top_types = Some(units.into_iter().filter(|u| u.from_user).map(|u| u.defined).collect());
+                a.top_types = Some(units.defined());
             }
             // While the file has a syntax error only those are reported: the items that parsed
             // are still checked (for hover and definitions), but their errors may be echoes of
@@ -123,7 +160,7 @@ impl Analysis {
         if span.file == self.file {
             return self.range(span);
         }
-        let name = &session.sources.get(span.file).name;
+        let name = &session.sources().get(span.file).name;
         let imports: Vec<&Item> =
             self.items.iter().flatten().filter(|i| matches!(i.kind, ItemKind::Import(_))).collect();
         let matching = imports.iter().find(|i| match &i.kind {
@@ -142,7 +179,7 @@ impl Analysis {
     /// Secondary labels in this document also become `relatedInformation`.
     fn to_lsp(&self, uri: &lsp::Uri, session: &Session, d: &Diagnostic) -> lsp::Diagnostic {
         let range = d.primary_span().map_or_else(lsp::Range::default, |s| self.anchor(session, s));
-        let rendered = d.render(&session.sources, false);
+        let rendered = d.render(session.sources(), false);
         let related: Vec<_> = d
             .labels
             .iter()
@@ -171,7 +208,7 @@ impl Analysis {
     /// The rendered type recorded by the checker for the binding at `def_span`.
     fn binding_type(&self, name: &str, def_span: Span) -> Option<String> {
         let session = self.session.as_ref()?;
-        let ch = &session.checker;
+        let ch = session.checker();
         ch.binding_sites
             .iter()
             .rev()
@@ -202,7 +239,7 @@ impl Analysis {
         [self.session.as_ref(), base]
             .into_iter()
             .flatten()
-            .find_map(|s| s.checker.constructor(name).map(|c| s.checker.show(&c.scheme.ty)))
+            .find_map(|s| s.checker().constructor(name).map(|c| s.checker().show(&c.scheme.ty)))
     }
 
     /// `module.name`'s type, by checking that expression in the document's final scope.
@@ -212,7 +249,7 @@ impl Analysis {
             kind: ExprKind::Dot(Box::new(Expr { kind: ExprKind::Var(module.into()), span: sp }), name.into(), sp),
             span: sp,
         };
-        self.session.as_mut()?.checker.type_of_expr(&e).ok()
+        self.session.as_mut()?.type_of_expr(&e).ok()
     }
 
     // ------------------------------------------------------------ hover
@@ -231,7 +268,7 @@ impl Analysis {
             let ty = if w.starts_with(char::is_uppercase) {
                 self.constructor_type(w, base)?
             } else {
-                session.checker.type_of_name(w).or_else(|| base.and_then(|b| b.checker.type_of_name(w)))?
+                session.checker().type_of_name(w).or_else(|| base.and_then(|b| b.checker().type_of_name(w)))?
             };
             return Some(HoverInfo { markdown: code(format!("{w} : {ty}")), span: (lo, hi) });
         };
@@ -252,20 +289,24 @@ impl Analysis {
             (OccKind::Field, _) => return None,
             (OccKind::Member { module }, _) => {
                 let ty = self.member_type(module, &occ.name)?;
-                code(format!("{module}.{} : {ty}", occ.name))
+                with_doc(code(format!("{module}.{} : {ty}", occ.name)), self.member_doc(module, &occ.name))
             }
             (OccKind::Constructor, _) => code(format!("{} : {}", occ.name, self.constructor_type(&occ.name, base)?)),
             (_, Some(d)) => {
                 let ty = self.def_type(d)?;
                 let what = if d.kind == DefKind::Local { "local" } else { "top-level" };
-                format!("{}\n\n*{what}*", code(format!("{} : {ty}", d.name)))
+                let doc =
+                    (d.kind == DefKind::TopLevel).then(|| doc_before(&self.text, d.span.start as usize)).flatten();
+                with_doc(format!("{}\n\n*{what}*", code(format!("{} : {ty}", d.name))), doc)
             }
             (_, None) => {
                 // Not bound in this document: a builtin or a prelude function.
                 let ty = base
-                    .and_then(|b| b.checker.type_of_name(&occ.name))
-                    .or_else(|| self.session.as_ref().and_then(|s| s.checker.type_of_name(&occ.name)))?;
-                format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name)))
+                    .and_then(|b| b.checker().type_of_name(&occ.name))
+                    .or_else(|| self.session.as_ref().and_then(|s| s.checker().type_of_name(&occ.name)))?;
+                let doc = stdlib_definition("prelude", &occ.name)
+                    .and_then(|(text, span)| doc_before(text, span.start as usize));
+                with_doc(format!("{}\n\n*prelude*", code(format!("{} : {ty}", occ.name))), doc)
             }
         };
         Some(HoverInfo { markdown: text, span })
@@ -278,7 +319,13 @@ impl Analysis {
         if let Some(d) = occ.def {
             return Some(Target { path: None, range: self.range(self.index.defs[d].span) });
         }
-        let OccKind::Member { module } = &occ.kind else { return None };
+        let OccKind::Member { module } = &occ.kind else {
+            // Not bound in this document: a prelude function's definition is in the prelude.
+            return stdlib_target("prelude", &occ.name);
+        };
+        if self.imports().iter().any(|t| matches!(t, ImportTarget::Stdlib(n) if n == module)) {
+            return stdlib_target(module, &occ.name);
+        }
         // A member of an imported file: find its top-level definition there.
         let path = self.items.iter().flatten().find_map(|i| match &i.kind {
             ItemKind::Import(ImportTarget::File(p)) if module_name(p) == *module => Some(self.dir.join(p)),
@@ -350,17 +397,17 @@ impl Analysis {
             }
         }
         if let Some(s) = &self.session {
-            for (n, t) in s.checker.names_in_scope() {
+            for (n, t) in s.checker().names_in_scope() {
                 if seen.insert(n.to_string()) {
                     let t = Some(t);
                     out.push(item(&n, value_kind(&t), t));
                 }
             }
-            let mut cons: Vec<_> = s.checker.cons.values().collect();
+            let mut cons: Vec<_> = s.checker().cons.values().collect();
             cons.sort_by(|a, b| a.name.cmp(&b.name));
             for c in cons {
                 if seen.insert(c.name.to_string()) {
-                    out.push(item(&c.name, lsp::CompletionItemKind::CONSTRUCTOR, Some(s.checker.show(&c.scheme.ty))));
+                    out.push(item(&c.name, lsp::CompletionItemKind::CONSTRUCTOR, Some(s.checker().show(&c.scheme.ty))));
                 }
             }
         }
@@ -416,6 +463,25 @@ impl Analysis {
         names.sort();
         names.dedup();
         names.into_iter().map(|n| (n.clone(), self.member_type(m, &n))).collect()
+    }
+
+    /// The doc comment of `module.name`, a member of an imported standard-library module or file.
+    fn member_doc(&self, module: &str, name: &str) -> Option<String> {
+        let target = self.imports().into_iter().find(|t| match t {
+            ImportTarget::Stdlib(n) => n == module,
+            ImportTarget::File(p) => module_name(p) == module,
+        })?;
+        match target {
+            ImportTarget::Stdlib(n) => {
+                stdlib_definition(&n, name).and_then(|(text, span)| doc_before(text, span.start as usize))
+            }
+            ImportTarget::File(p) => {
+                let text = std::fs::read_to_string(self.dir.join(p)).ok()?;
+                let items = parse_program(&text, 0).ok()?;
+                let (_, span) = top_level_names(&items).into_iter().rev().find(|(n, _)| n == name)?;
+                doc_before(&text, span.start as usize)
+            }
+        }
     }
 
     /// The document's imports: from the syntax tree, or while it has a syntax error, from its

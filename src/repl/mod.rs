@@ -2,6 +2,7 @@
 //! Ctrl-C interrupts a running evaluation and keeps every definition.
 
 use crate::session::{Echo, Session};
+use crate::syntax::ast::ItemKind;
 use crate::syntax::parser;
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -9,63 +10,165 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper};
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-/// Multi-line validation and completion of keywords and names.
+/// What Tab completes: keywords, builtins, the prelude, the session's own definitions and
+/// imported module names, and after `module.` that standard-library module's members.
+#[derive(Default)]
+pub struct Completions {
+    /// Every name in scope and every keyword, sorted.
+    pub names: Vec<String>,
+    /// Standard-library module name to its top-level names.
+    pub members: HashMap<String, Vec<String>>,
+}
+
+const COMMANDS: [&str; 8] = [":browse", ":doc", ":help", ":load", ":quit", ":reload", ":type", ":t"];
+
+impl Completions {
+    /// The names in scope of `session` (refreshed after each entry), with the keywords and the
+    /// members of every standard-library module.
+    pub fn of(session: &Session) -> Completions {
+        let mut members = HashMap::new();
+        for m in crate::session::stdlib_names() {
+            // Parsing is enough for the names (no checking): completion must be instant.
+            let src = crate::session::stdlib_source(m).unwrap_or("");
+            let items = parser::parse_program(src, 0).unwrap_or_default();
+            let mut ns: Vec<String> = crate::docs::top_level_names(&items).into_iter().map(|(n, _)| n).collect();
+            ns.sort();
+            ns.dedup();
+            members.insert(m.to_string(), ns);
+        }
+        Completions { names: Completions::names_in(session), members }
+    }
+
+    /// The keywords and every name in scope of `session`, sorted.
+    pub fn names_in(session: &Session) -> Vec<String> {
+        let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
+        names.extend(session.checker().names_in_scope().into_iter().map(|(n, _)| n.to_string()));
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The start of the word before `pos` and the candidates that complete it.
+    pub fn complete(&self, line: &str, pos: usize) -> (usize, Vec<String>) {
+        let before = &line[..pos];
+        if before.starts_with(':') && !before.contains(char::is_whitespace) {
+            return (0, COMMANDS.iter().filter(|c| c.starts_with(before)).map(|c| c.to_string()).collect());
+        }
+        let start = word_start(before);
+        let word = &before[start..];
+        // `module.` then part of a member's name.
+        if let Some(module_text) = before[..start].strip_suffix('.') {
+            let module = &module_text[word_start(module_text)..];
+            let found = self.members.get(module).into_iter().flatten().filter(|n| n.starts_with(word)).cloned();
+            return (start, found.collect());
+        }
+        if word.is_empty() {
+            return (pos, Vec::new());
+        }
+        (start, self.names.iter().filter(|n| n.starts_with(word)).cloned().collect())
+    }
+}
+
+/// Where the identifier that `text` ends with begins (a byte offset on a char boundary).
+fn word_start(text: &str) -> usize {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_' || c == '\'';
+    text.char_indices().rev().take_while(|(_, c)| is_word(*c)).last().map_or(text.len(), |(i, _)| i)
+}
+
+/// Multi-line validation and completion.
 struct DpHelper {
-    names: Vec<String>,
+    completions: Completions,
 }
 
 impl Completer for DpHelper {
     type Candidate = Pair;
     fn complete(&self, line: &str, pos: usize, _: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
-        let start = line[..pos].rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\'')).map_or(0, |i| i + 1);
-        let word = &line[start..pos];
-        if word.is_empty() {
-            return Ok((pos, Vec::new()));
-        }
-        let found = self
-            .names
-            .iter()
-            .filter(|n| n.starts_with(word))
-            .map(|n| Pair { display: n.clone(), replacement: n.clone() })
-            .collect();
-        Ok((start, found))
+        let (start, found) = self.completions.complete(line, pos);
+        Ok((start, found.into_iter().map(|n| Pair { display: n.clone(), replacement: n }).collect()))
     }
 }
 
 impl Hinter for DpHelper {
     type Hint = String;
 }
-impl Highlighter for DpHelper {}
+impl Highlighter for DpHelper {
+    /// The prompt in bold green when colour is on (rustyline calls this only then).
+    fn highlight_prompt<'b, 's: 'b, 'p: 'b>(&'s self, prompt: &'p str, _default: bool) -> std::borrow::Cow<'b, str> {
+        std::borrow::Cow::Owned(format!("\x1b[1;32m{prompt}\x1b[0m"))
+    }
+}
 impl Helper for DpHelper {}
 
 impl Validator for DpHelper {
     fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
-        Ok(if is_incomplete(ctx.input()) { ValidationResult::Incomplete } else { ValidationResult::Valid(None) })
+        Ok(match entry_state(ctx.input()) {
+            Entry::Submit => ValidationResult::Valid(None),
+            Entry::Continue => ValidationResult::Incomplete,
+        })
     }
 }
 
-/// An entry whose only problem is that it stops too early (the REPL asks for more lines).
-pub fn is_incomplete(input: &str) -> bool {
+/// What Enter does with the text typed so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entry {
+    Submit,
+    Continue,
+}
+
+/// The multi-line rule, Python's: an entry typed on one line runs at once when it is complete
+/// (or has a syntax error that more text cannot fix) and continues when it stops too early;
+/// a one-line `let rec` definition waits for a possible `and` line, as Python's one-line
+/// `def` waits for a blank line (a `let rec … in` expression runs at once), and so does a line
+/// holding only a comment (a `///` doc comment above the definition to come).
+/// Once an entry spans several lines, Enter adds a line, however complete the entry already
+/// is, since the next line may add a `match` arm, an `else`, a `|>` stage or an `and`; a blank
+/// line submits it. A blank line does not submit an entry that still stops too early (an
+/// unclosed bracket, `let x =`): pasted code with blank lines inside a definition still works,
+/// and Ctrl-C abandons an entry. A syntax error that no more text can fix is reported at once.
+pub fn entry_state(input: &str) -> Entry {
     let trimmed = input.trim();
     if trimmed.is_empty() || trimmed.starts_with(':') {
-        return false;
+        return Entry::Submit;
     }
-    match parser::parse_program(input, 0) {
-        Ok(_) => false,
-        Err(d) => parser::is_incomplete(&d),
+    let parsed = parser::parse_program(input, 0);
+    let incomplete = matches!(&parsed, Err(d) if parser::is_incomplete(d));
+    let multi_line = input.trim_end_matches([' ', '\t']).contains('\n');
+    let blank_last_line = input.rsplit('\n').next().is_some_and(|l| l.trim().is_empty());
+    // Only comments so far (a `///` doc comment above the definition to come): continue, as
+    // Python does after a comment line.
+    let only_comments = matches!(&parsed, Ok(items) if items.is_empty());
+    let let_rec = matches!(&parsed, Ok(items) if items.iter().any(|i| matches!(i.kind, ItemKind::LetRec(_))));
+    match (multi_line, incomplete, parsed.is_ok()) {
+        (_, true, _) => Entry::Continue,
+        (false, false, true) if let_rec || only_comments => Entry::Continue,
+        (false, false, _) => Entry::Submit,
+        // Several lines: a blank line submits; a hard syntax error is reported now.
+        (true, false, true) if !blank_last_line => Entry::Continue,
+        (true, false, _) => Entry::Submit,
     }
 }
 
 const HELP: &str = "\
-dp REPL — enter expressions or top-level items; an unfinished entry continues on the next line.
-  :type e      show the type of expression e without running it
+dp REPL — enter expressions or top-level items.
+  Entering lines: a complete one-line entry runs at once; an unfinished one continues on the
+  next line. Once an entry spans several lines (match arms, else, |> stages, `and` groups),
+  a blank line submits it; so does one after a one-line `let rec` (it may get an `and`).
+  Ctrl-C abandons the entry being typed.
+  :type e      show the type of expression e (with its constraints) without running it
   :load file   check and run a file in this session
+  :reload      load again every file loaded so far
+  :browse      list your definitions with their types;
+  :browse m    list module m (prelude, nn, optim or builtins) with types
+  :doc name    show a name's type and doc comment (`map`, `nn.linear`, your own `///` docs)
   :help        this text
+  Tab completes keywords, names in scope, `:commands` and `nn.`/`optim.` members.
   :quit        leave (Ctrl-D works too)
+An entry takes effect whole or not at all: after an error nothing of it stays bound.
 Ctrl-C interrupts a running evaluation; definitions are kept.";
 
 fn history_path() -> Option<PathBuf> {
@@ -75,30 +178,34 @@ fn history_path() -> Option<PathBuf> {
 }
 
 pub fn start(stack_limit: usize) -> u8 {
-    let mut session = match crate::cli::new_session(stack_limit) {
+    let session = match crate::cli::new_session(stack_limit) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let flag = session.machine.interrupt.clone();
+    let flag = session.interrupt_flag();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-    let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::new() {
+    // `--color always` forces colour even off a terminal; `auto` leaves rustyline to colour
+    // only a terminal, and only when `NO_COLOR`/`TERM=dumb` do not say otherwise.
+    let color_mode = match crate::cli::color_for(std::io::stdout().is_terminal()) {
+        false => rustyline::ColorMode::Disabled,
+        true if std::io::stdout().is_terminal() => rustyline::ColorMode::Enabled,
+        true => rustyline::ColorMode::Forced,
+    };
+    let config = rustyline::Config::builder().color_mode(color_mode).build();
+    let mut rl: Editor<DpHelper, rustyline::history::DefaultHistory> = match Editor::with_config(config) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dp: cannot start the line editor: {e}");
             return 1;
         }
     };
-    let mut names: Vec<String> = crate::syntax::keywords::KEYWORDS.iter().map(|k| k.to_string()).collect();
-    names.extend(session.checker.names_in_scope().into_iter().map(|(n, _)| n.to_string()));
-    names.sort();
-    names.dedup();
-    rl.set_helper(Some(DpHelper { names }));
+    rl.set_helper(Some(DpHelper { completions: Completions::of(&session) }));
     let hist = history_path();
     if let Some(h) = &hist {
         let _ = rl.load_history(h);
     }
     println!("dp {} — :help for help, Ctrl-D to exit", env!("CARGO_PKG_VERSION"));
-    let mut n = 0;
+    let mut repl = Repl { session, n: 0, library: None, defined: Vec::new(), docs: HashMap::new(), loaded: Vec::new() };
     loop {
         match rl.readline("dp> ") {
             Ok(line) => {
@@ -106,10 +213,13 @@ pub fn start(stack_limit: usize) -> u8 {
                     continue;
                 }
                 let _ = rl.add_history_entry(line.as_str());
-                n += 1;
-                session.machine.interrupt.store(false, Ordering::SeqCst);
-                if !handle(&mut session, &line, n) {
+                repl.n += 1;
+                repl.session.interrupt_flag().store(false, Ordering::SeqCst);
+                if !repl.handle(&line) {
                     break;
+                }
+                if let Some(h) = rl.helper_mut() {
+                    h.completions.names = Completions::names_in(&repl.session);
                 }
             }
             Err(ReadlineError::Interrupted) => continue,
@@ -126,65 +236,182 @@ pub fn start(stack_limit: usize) -> u8 {
     0
 }
 
-/// Handles one entry; false means quit.
-fn handle(session: &mut Session, line: &str, n: usize) -> bool {
-    let color = std::io::stderr().is_terminal();
-    let trimmed = line.trim();
-    if let Some(cmd) = trimmed.strip_prefix(':') {
+/// The REPL's state beside the session.
+struct Repl {
+    session: Session,
+    /// Entries so far (names sources `<repl n>`).
+    n: usize,
+    /// The standard library's reference, built on the first `:doc` or `:browse` that needs it.
+    library: Option<crate::docs::Library>,
+    /// The names the user's entries defined, in order, each once.
+    defined: Vec<String>,
+    /// Doc comments of the user's definitions (from entries and loaded files).
+    docs: HashMap<String, String>,
+    /// Files loaded with `:load`, in order (what `:reload` loads again).
+    loaded: Vec<String>,
+}
+
+impl Repl {
+    /// Handles one entry; false means quit.
+    fn handle(&mut self, line: &str) -> bool {
+        let color = crate::cli::stderr_color();
+        let n = self.n;
+        let trimmed = line.trim();
+        let Some(cmd) = trimmed.strip_prefix(':') else {
+            return self.eval(&format!("<repl {n}>"), line, Path::new("."), true);
+        };
         let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+        let rest = rest.trim();
         match name {
             "q" | "quit" => return false,
             "h" | "help" => println!("{HELP}"),
-            "t" | "type" => {
-                let id = session.sources.add(format!("<repl {n}>"), rest);
-                let r = crate::syntax::lexer::lex(rest, id)
-                    .and_then(|toks| parser::parse_expr(toks, id))
-                    .and_then(|e| session.checker.type_of_expr(&e));
-                match r {
-                    Ok(t) => println!("{} : {t}", rest.trim()),
-                    Err(d) => eprint!("{}", session.render(&d, color)),
+            "t" | "type" => match self.session.type_of(&format!("<repl {n}>"), rest) {
+                Ok(t) => println!("{rest} : {t}"),
+                Err(d) => eprint!("{}", self.session.render(&d, color)),
+            },
+            "l" | "load" if rest.is_empty() => eprintln!("usage: :load file.dp"),
+            "l" | "load" => return self.load(rest),
+            "r" | "reload" => {
+                if self.loaded.is_empty() {
+                    println!("nothing to reload (no :load yet)");
                 }
-            }
-            "l" | "load" => {
-                let path = rest.trim();
-                match std::fs::read_to_string(path) {
-                    Ok(text) => {
-                        let dir = Path::new(path).parent().map(Path::to_path_buf).unwrap_or_default();
-                        let r = session.eval(path, &text, &dir);
-                        for w in session.take_warnings() {
-                            eprint!("{}", session.render(&w, color));
-                        }
-                        match r {
-                            Ok(_) => println!("loaded {path}"),
-                            Err(d) => eprint!("{}", session.render(&d, color)),
-                        }
+                for path in self.loaded.clone() {
+                    if !self.load(&path) {
+                        return false;
                     }
-                    Err(e) => eprintln!("error: cannot read `{path}`: {e}"),
                 }
             }
+            "b" | "browse" => self.browse(rest),
+            "d" | "doc" => self.doc(rest),
             other => eprintln!("unknown command `:{other}` (try :help)"),
         }
-        return true;
+        true
     }
-    let r = session.eval(&format!("<repl {n}>"), line, Path::new("."));
-    for w in session.take_warnings() {
-        eprint!("{}", session.render(&w, color));
+
+    /// `:load path`; false means quit (the file called `exit`).
+    fn load(&mut self, path: &str) -> bool {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let dir = Path::new(path).parent().map(Path::to_path_buf).unwrap_or_default();
+                if !self.loaded.iter().any(|p| p == path) {
+                    self.loaded.push(path.to_string());
+                }
+                self.eval(path, &text, &dir, false)
+            }
+            Err(e) => {
+                eprintln!("error: cannot read `{path}`: {e}");
+                true
+            }
+        }
     }
-    match r {
-        Ok(echoes) => {
-            for e in echoes {
-                match e {
-                    Echo::Value { value, ty } => println!("- : {ty} = {value}"),
-                    Echo::Defined { name, ty } => println!("val {name} : {ty}"),
+
+    /// Checks and runs one entry, reports it, and on success records its definitions and
+    /// their doc comments. `echo`: print values and definitions (an entry), or `loaded path`
+    /// (a file). False means quit (the entry called `exit`).
+    fn eval(&mut self, name: &str, text: &str, dir: &Path, echo: bool) -> bool {
+        let color = crate::cli::stderr_color();
+        let r = self.session.eval(name, text, dir);
+        for w in self.session.take_warnings() {
+            eprint!("{}", self.session.render(&w, color));
+        }
+        let echoes = match r {
+            Ok(echoes) => echoes,
+            Err(d) => {
+                if self.session.take_exit_code().is_some() {
+                    return false;
+                }
+                eprint!("{}", self.session.render(&d, color));
+                return true;
+            }
+        };
+        for e in &echoes {
+            match e {
+                Echo::Value { value, ty } if echo => println!("- : {ty} = {value}"),
+                Echo::Defined { name, ty } => {
+                    if echo {
+                        println!("val {name} : {ty}");
+                    }
+                    self.defined.retain(|d| d != name);
+                    self.defined.push(name.clone());
+                }
+                Echo::Value { .. } => {}
+            }
+        }
+        if !echo {
+            println!("loaded {name}");
+        }
+        // The entry took effect: its `///` comments document the names it defined.
+        let items = parser::parse_program(text, 0).unwrap_or_default();
+        for (def, span) in crate::docs::top_level_names(&items) {
+            match crate::docs::doc_before(text, span.start as usize) {
+                Some(doc) => self.docs.insert(def, doc),
+                None => self.docs.remove(&def),
+            };
+        }
+        true
+    }
+
+    fn library(&mut self) -> Option<&crate::docs::Library> {
+        if self.library.is_none() {
+            match crate::docs::Library::load() {
+                Ok(l) => self.library = Some(l),
+                Err(d) => eprintln!("error: the standard library's documentation failed to load: {}", d.message),
+            }
+        }
+        self.library.as_ref()
+    }
+
+    /// `:browse` (the user's definitions) or `:browse module`.
+    fn browse(&mut self, module: &str) {
+        if module.is_empty() {
+            if self.defined.is_empty() {
+                println!("nothing defined yet; :browse prelude, nn, optim or builtins lists a module");
+            }
+            for name in &self.defined {
+                if let Some(ty) = self.session.checker().type_of_name(name) {
+                    println!("{name} : {ty}");
                 }
             }
+            return;
         }
-        Err(d) => {
-            if session.machine.exit_code.take().is_some() {
-                return false;
-            }
-            eprint!("{}", session.render(&d, color))
+        if !crate::docs::MODULES.contains(&module) && module != "builtins" {
+            eprintln!("no module `{module}` to browse (prelude, nn, optim or builtins)");
+            return;
+        }
+        let Some(lib) = self.library() else { return };
+        for e in lib.module(module) {
+            println!("{} : {}", e.name, e.ty);
         }
     }
-    true
+
+    /// `:doc name`: the type and doc comment of a user definition or a library name.
+    fn doc(&mut self, name: &str) {
+        if name.is_empty() {
+            eprintln!("usage: :doc name (for example :doc map, :doc nn.linear)");
+            return;
+        }
+        if let Some(doc) = self.docs.get(name) {
+            let ty = self.session.checker().type_of_name(name).unwrap_or_default();
+            println!("{name} : {ty}\n\n{doc}");
+            return;
+        }
+        let user_ty =
+            if self.defined.iter().any(|d| d == name) { self.session.checker().type_of_name(name) } else { None };
+        if let Some(ty) = user_ty {
+            println!("{name} : {ty}\n\n(no doc comment: write `///` lines above a definition)");
+            return;
+        }
+        let Some(lib) = self.library() else { return };
+        match lib.find(name) {
+            Some(e) => {
+                let doc = match (&e.doc, e.module) {
+                    (Some(d), _) => d.clone(),
+                    (None, "builtins") => "A builtin: docs/language.md describes it.".to_string(),
+                    (None, _) => "(no doc comment)".to_string(),
+                };
+                println!("{} : {}\n\n{doc}", e.qualified(), e.ty);
+            }
+            None => eprintln!("no documentation for `{name}`"),
+        }
+    }
 }

@@ -60,12 +60,13 @@ pub struct Binding {
     span: Span,
 }
 
+#[derive(Clone)]
 pub struct Module {
     pub name: Rc<str>,
     exports: HashMap<Rc<str>, Binding>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct FunCtx {
     next_slot: u32,
     max_slots: u32,
@@ -84,6 +85,9 @@ pub struct CheckedItem {
     pub expr_type: Option<String>,
 }
 
+/// Clone: the session snapshots the checker before each entry and puts the snapshot back when
+/// the entry fails (see `Session`'s transaction model).
+#[derive(Clone)]
 pub struct Checker {
     pub subst: Subst,
     level: u32,
@@ -676,6 +680,20 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// Puts back `before` (a snapshot taken before an entry whose run failed) but keeps what the
+    /// failed run may have made permanent: the solved type variables (the run may have stored
+    /// values of those types in reference cells of earlier bindings, whose weak type variables
+    /// its checking fixed), the global slots it used (closures it stored may refer to them) and
+    /// the count of declared types (a later declaration must not take a used identity).
+    pub fn restore_after_run(&mut self, before: Checker) {
+        let ran = std::mem::replace(self, before);
+        self.subst = ran.subst;
+        self.global_count = ran.global_count;
+        self.global_names = ran.global_names;
+        self.declared = ran.declared;
+        self.warnings = ran.warnings;
     }
 
     /// Binds the names that `item` (which failed to check) defines to the error type.

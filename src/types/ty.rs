@@ -194,7 +194,8 @@ impl Rule {
     }
 }
 
-#[derive(Default)]
+// Clone: the session snapshots the checker before each entry (transactional REPL entries).
+#[derive(Clone, Default)]
 pub struct Subst {
     vars: Vec<VarInfo>,
     constraints: Vec<Constraint>,
