@@ -101,7 +101,8 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         Ok(_) => 0,
         Err(d) => {
             if let Some(code) = session.take_exit_code() {
-                return code.clamp(0, 255) as u8;
+                // As a C or OCaml program exits: the status is the code modulo 256 (`exit (-1)` is 255).
+                return (code & 0xff) as u8;
             }
             report(&session, &d);
             1
