@@ -75,7 +75,7 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         Err(code) => return code,
     };
     session.set_args(args);
-    let text = match std::fs::read_to_string(file) {
+    let text = match crate::source::read_source(Path::new(file)) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: cannot read `{file}`: {e}");

@@ -289,7 +289,7 @@ impl Session {
             }
             ImportTarget::File(p) => {
                 let path = dir.join(p);
-                let text = std::fs::read_to_string(&path).map_err(|e| {
+                let text = crate::source::read_source(&path).map_err(|e| {
                     Diagnostic::error(Phase::Io, format!("cannot import `{}`: {e}", path.display()))
                         .label(span, "imported here")
                 })?;

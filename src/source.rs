@@ -50,3 +50,20 @@ impl SourceMap {
         (line, col)
     }
 }
+
+/// Reads a source file. Source is UTF-8: a file that is not says where, as `line:column` of
+/// the first byte that is not (columns count characters, as in reports).
+pub fn read_source(path: &std::path::Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let good = std::str::from_utf8(&bytes[..at]).unwrap_or_default();
+        let line = good.matches('\n').count() + 1;
+        let column = good.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        format!(
+            "not valid UTF-8 at {line}:{column} (byte 0x{:02x}): dp source files are UTF-8 (re-save the file as UTF-8)",
+            bytes[at]
+        )
+    })
+}

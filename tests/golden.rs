@@ -277,3 +277,21 @@ fn keyword_list_names_every_builtin() {
     listed.sort();
     assert_eq!(table, listed, "src/syntax/keywords.rs BUILTINS must list exactly the builtins of src/builtins.rs");
 }
+
+/// A source file that is not UTF-8 is refused with the line and column of the first bad byte,
+/// whether run directly or imported.
+#[test]
+fn non_utf8_source_is_located() {
+    let dir = std::env::temp_dir().join(format!("dp-utf8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("latin1.dp"), b"let a = 1\nlet s = \"caf\xe9\"\n").unwrap();
+    std::fs::write(dir.join("main.dp"), "import \"latin1.dp\"\nlet () = println 1\n").unwrap();
+    for (file, what) in [("latin1.dp", "cannot read"), ("main.dp", "cannot import")] {
+        let out = dp().arg("run").arg(dir.join(file)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(what) && err.contains("not valid UTF-8 at 2:13 (byte 0xe9)"), "{err}");
+        assert!(!has_internal_fault("", &err), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

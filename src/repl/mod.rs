@@ -290,7 +290,7 @@ impl Repl {
 
     /// `:load path`; false means quit (the file called `exit`).
     fn load(&mut self, path: &str) -> bool {
-        match std::fs::read_to_string(path) {
+        match crate::source::read_source(Path::new(path)) {
             Ok(text) => {
                 let dir = Path::new(path).parent().map(Path::to_path_buf).unwrap_or_default();
                 if !self.loaded.iter().any(|p| p == path) {
