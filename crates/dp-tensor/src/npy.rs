@@ -1,6 +1,8 @@
-//! NumPy `.npy` files (format version 1.0–3.0), little-endian float32/float64/int32/int64,
-//! C order. Everything becomes float32 (dp's one tensor dtype): float64 is rounded, integers
-//! are converted exactly up to 2^24.
+//! NumPy `.npy` files (format version 1.0–3.0), C order, either byte order. Everything becomes
+//! float32 (dp's one tensor dtype) — but never silently wrongly: bool, int8/16/32/64, uint8/16/32
+//! and float16/32/64 load when every value is represented (integers exactly; float64 rounded to
+//! the nearest float32), and a file with an integer beyond float32's exact range (2^24) or a
+//! finite float64 beyond float32's range is refused, naming the first such element.
 
 use crate::{TResult, Tensor};
 
@@ -10,18 +12,73 @@ fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
         Ok(h[i + key.len() + 2..].trim_start().trim_start_matches(':').trim_start())
     };
     let descr = field("descr")?;
-    let descr = descr.trim_start_matches('\'');
-    let descr = descr[..descr.find('\'').ok_or("bad descr")?].to_string();
+    let descr = descr.strip_prefix('\'').ok_or("npy header: `descr` is not a quoted string")?;
+    let descr = descr[..descr.find('\'').ok_or("npy header: bad `descr`")?].to_string();
     let fortran = field("fortran_order")?.starts_with("True");
     let shape_txt = field("shape")?;
-    let inner = &shape_txt[1..shape_txt.find(')').ok_or("bad shape")?];
+    let inner = shape_txt.strip_prefix('(').ok_or("npy header: `shape` is not a tuple")?;
+    let inner = &inner[..inner.find(')').ok_or("npy header: bad `shape`")?];
     let shape = inner
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|e| e.to_string()))
+        .map(|s| s.parse::<usize>().map_err(|_| format!("npy header: bad dimension `{s}`")))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((descr, fortran, shape))
+}
+
+/// How to read one element: its width in bytes and a reader to f64 (exact for every integer
+/// and float type up to 64 bits except integers beyond 2^53, which the range check refuses).
+fn element_reader(descr: &str) -> Option<(usize, Box<dyn Fn(&[u8]) -> f64>)> {
+    let (order, kind) = descr.split_at(descr.len().min(1));
+    let big = match order {
+        "<" | "=" | "|" => false,
+        ">" => true,
+        _ => return None,
+    };
+    macro_rules! read {
+        ($t:ty) => {{
+            let f: Box<dyn Fn(&[u8]) -> f64> = Box::new(move |b: &[u8]| {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(b);
+                (if big { <$t>::from_be_bytes(a) } else { <$t>::from_le_bytes(a) }) as f64
+            });
+            Some((std::mem::size_of::<$t>(), f))
+        }};
+    }
+    match kind {
+        "b1" => Some((1, Box::new(|b: &[u8]| f64::from(u8::from(b[0] != 0))))),
+        "u1" => read!(u8),
+        "i1" => read!(i8),
+        "u2" => read!(u16),
+        "i2" => read!(i16),
+        "u4" => read!(u32),
+        "i4" => read!(i32),
+        "u8" => read!(u64),
+        "i8" => read!(i64),
+        "f2" => {
+            let f: Box<dyn Fn(&[u8]) -> f64> = Box::new(move |b: &[u8]| {
+                let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
+                half_to_f64(bits)
+            });
+            Some((2, f))
+        }
+        "f4" => read!(f32),
+        "f8" => read!(f64),
+        _ => None,
+    }
+}
+
+fn half_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = (h >> 10) & 0x1f;
+    let frac = f64::from(h & 0x3ff);
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        0x1f if frac == 0.0 => f64::INFINITY,
+        0x1f => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(i32::from(e) - 15),
+    }
 }
 
 pub fn load(path: &str) -> TResult<Tensor> {
@@ -29,7 +86,7 @@ pub fn load(path: &str) -> TResult<Tensor> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(format!("`{path}` is not a NumPy .npy file").into());
     }
-    let (hlen, start) = if bytes[6] == 1 {
+    let (hlen, start): (usize, usize) = if bytes[6] == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
         if bytes.len() < 12 {
@@ -37,29 +94,42 @@ pub fn load(path: &str) -> TResult<Tensor> {
         }
         (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
     };
-    let header =
-        std::str::from_utf8(bytes.get(start..start + hlen).ok_or("truncated header")?).map_err(|e| e.to_string())?;
+    let header = bytes.get(start..start.saturating_add(hlen)).ok_or(format!("`{path}`: truncated header"))?;
+    let header = std::str::from_utf8(header).map_err(|_| format!("`{path}`: the header is not text"))?;
     let (descr, fortran, shape) = parse_header(header).map_err(|e| format!("`{path}`: {e}"))?;
-    if fortran {
+    if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
         return Err(
             format!("`{path}`: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)").into()
         );
     }
     let data = &bytes[start + hlen..];
-    let n: usize = shape.iter().product();
-    let (width, conv): (usize, fn(&[u8]) -> f32) = match descr.as_str() {
-        "<f4" => (4, |b| f32::from_le_bytes(b.try_into().unwrap())),
-        "<f8" => (8, |b| f64::from_le_bytes(b.try_into().unwrap()) as f32),
-        "<i4" => (4, |b| i32::from_le_bytes(b.try_into().unwrap()) as f32),
-        "<i8" => (8, |b| i64::from_le_bytes(b.try_into().unwrap()) as f32),
-        other => {
-            return Err(format!("`{path}`: unsupported dtype `{other}` (float32, float64, int32, int64 are)").into())
-        }
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let Some((width, read)) = element_reader(&descr) else {
+        return Err(format!(
+            "`{path}`: unsupported dtype `{descr}` (bool, int8–int64, uint8–uint64 and float16–float64 are)"
+        )
+        .into());
     };
-    if data.len() < n * width {
-        return Err(format!("`{path}`: expected {n} values, the file is truncated").into());
+    let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
+        return Err(format!("`{path}`: the shape {shape:?} needs more data than the file holds").into());
+    };
+    let integer = !descr.contains('f');
+    let mut values = Vec::with_capacity(size / width);
+    for (i, b) in data[..size].chunks_exact(width).enumerate() {
+        let v = read(b);
+        let x = v as f32;
+        let exact =
+            if integer { f64::from(x) == v && v.abs() <= 16_777_216.0 } else { x.is_finite() || !v.is_finite() };
+        if !exact {
+            let what =
+                if integer { "an integer beyond float32's exact range (2^24)" } else { "beyond float32's range" };
+            return Err(format!(
+                "`{path}`: element {i} is {v}, {what}: dp's tensors are float32, and it would not be loaded exactly"
+            )
+            .into());
+        }
+        values.push(x);
     }
-    let values: Vec<f32> = data[..n * width].chunks_exact(width).map(conv).collect();
     Tensor::from_vec(&shape, values)
 }
 
@@ -81,4 +151,73 @@ pub fn save(path: &str, t: &Tensor) -> TResult<()> {
         out.extend_from_slice(&x.to_le_bytes());
     }
     Ok(std::fs::write(path, out).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load;
+
+    fn file(descr: &str, shape: &str, data: &[u8]) -> String {
+        let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}\n");
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        let path = std::env::temp_dir().join(format!("dp-npy-{}-{}.npy", std::process::id(), rand_suffix()));
+        std::fs::write(&path, out).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn values(path: &str) -> Vec<f32> {
+        load(path).unwrap().array().iter().copied().collect()
+    }
+
+    #[test]
+    fn every_numpy_dtype_loads_exactly_or_is_refused() {
+        assert_eq!(values(&file("|b1", "(3,)", &[1, 0, 1])), [1.0, 0.0, 1.0]);
+        assert_eq!(values(&file("|u1", "(2,)", &[255, 7])), [255.0, 7.0]);
+        assert_eq!(values(&file(">f4", "(1,)", &1.5f32.to_be_bytes())), [1.5]);
+        assert_eq!(values(&file(">i8", "(1,)", &(-3i64).to_be_bytes())), [-3.0]);
+        assert_eq!(values(&file("<f2", "(1,)", &0x3e00u16.to_le_bytes())), [1.5]);
+        let big = file("<i8", "(2,)", &[1i64.to_le_bytes(), (16_777_217i64).to_le_bytes()].concat());
+        let e = load(&big).unwrap_err().to_string();
+        assert!(e.contains("element 1 is 16777217") && e.contains("2^24"), "{e}");
+        let huge = file("<f8", "(1,)", &1e300f64.to_le_bytes());
+        assert!(load(&huge).unwrap_err().to_string().contains("beyond float32's range"));
+        assert!(load(&file("<c8", "(1,)", &[0; 8])).unwrap_err().to_string().contains("unsupported dtype"));
+    }
+
+    #[test]
+    fn malformed_headers_are_errors_not_panics() {
+        for (descr, shape) in [
+            ("<f4", ")"),
+            ("<f4", ""),
+            ("<f4", "(99999999999999999999,)"),
+            ("<f4", "(4294967296, 4294967296, 4294967296)"),
+        ] {
+            let path = file(descr, shape, &[0; 8]);
+            assert!(load(&path).is_err(), "{descr} {shape}");
+        }
+        // Every truncation of a good file, and every single-byte corruption of its header.
+        let good = std::fs::read(file("<f4", "(2,)", &[0; 8])).unwrap();
+        let path = std::env::temp_dir().join(format!("dp-npy-cut-{}.npy", std::process::id()));
+        for cut in 0..good.len() {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            let _ = load(path.to_str().unwrap());
+        }
+        for i in 0..good.len() - 8 {
+            for b in [0u8, b'\'', b'(', b')', b',', 0xff] {
+                let mut bad = good.clone();
+                bad[i] = b;
+                std::fs::write(&path, &bad).unwrap();
+                let _ = load(path.to_str().unwrap());
+            }
+        }
+    }
 }
