@@ -27,9 +27,12 @@ fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
     Ok((descr, fortran, shape))
 }
 
+/// Reads one element's bytes as an f64.
+type Reader = Box<dyn Fn(&[u8]) -> f64>;
+
 /// How to read one element: its width in bytes and a reader to f64 (exact for every integer
 /// and float type up to 64 bits except integers beyond 2^53, which the range check refuses).
-fn element_reader(descr: &str) -> Option<(usize, Box<dyn Fn(&[u8]) -> f64>)> {
+fn element_reader(descr: &str) -> Option<(usize, Reader)> {
     let (order, kind) = descr.split_at(descr.len().min(1));
     let big = match order {
         "<" | "=" | "|" => false,
@@ -38,7 +41,7 @@ fn element_reader(descr: &str) -> Option<(usize, Box<dyn Fn(&[u8]) -> f64>)> {
     };
     macro_rules! read {
         ($t:ty) => {{
-            let f: Box<dyn Fn(&[u8]) -> f64> = Box::new(move |b: &[u8]| {
+            let f: Reader = Box::new(move |b: &[u8]| {
                 let mut a = [0u8; std::mem::size_of::<$t>()];
                 a.copy_from_slice(b);
                 (if big { <$t>::from_be_bytes(a) } else { <$t>::from_le_bytes(a) }) as f64
@@ -57,7 +60,7 @@ fn element_reader(descr: &str) -> Option<(usize, Box<dyn Fn(&[u8]) -> f64>)> {
         "u8" => read!(u64),
         "i8" => read!(i64),
         "f2" => {
-            let f: Box<dyn Fn(&[u8]) -> f64> = Box::new(move |b: &[u8]| {
+            let f: Reader = Box::new(move |b: &[u8]| {
                 let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
                 half_to_f64(bits)
             });
