@@ -11,6 +11,7 @@ pub mod diagnostic;
 pub mod eval;
 pub mod lsp;
 pub mod repl;
+pub mod runtime;
 pub mod session;
 pub mod source;
 pub mod syntax;

@@ -106,7 +106,7 @@ fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
         for p in pairs {
             let a = pick(p).array();
             if a.len() != n {
-                return Err(Fault::new("internal: outer products of different shapes"));
+                return Err(Fault::internal("outer products of different shapes"));
             }
             match a.as_slice() {
                 Some(s) => data.extend_from_slice(s),

@@ -263,23 +263,14 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
     Ok(Value::Tracked(out))
 }
 
-/// Of two live levels, the one nested inside the other: its handler sits higher on the
+/// Of two live levels, the one nested inside the other: its delimiter sits higher on the
 /// machine's stack. Usually that is the newer tag, but a continuation captured inside an older
-/// `grad` and resumed inside a newer one reinstates the older handler above the newer.
+/// `grad` and resumed inside a newer one reinstates the older level above the newer.
 fn innermost(m: &Machine, a: u32, b: u32) -> u32 {
     if a == 0 || b == 0 || a == b {
         return a.max(b);
     }
-    match (m.level_position(a), m.level_position(b)) {
-        (Some(pa), Some(pb)) if pa != pb => {
-            if pa > pb {
-                a
-            } else {
-                b
-            }
-        }
-        _ => a.max(b),
-    }
+    m.inner_level(a, b).unwrap_or(a.max(b))
 }
 
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
@@ -289,9 +280,7 @@ fn live(m: &mut Machine, v: Value) -> Value {
     loop {
         v = match v {
             Value::Tracked(t) if m.grad_handler(t.tag).is_none() => t.primal.clone(),
-            // Fast path: the list of running jvps; a continuation may also have reinstated
-            // a finished jvp's frame, so check the stack before declaring it dead.
-            Value::Dual(d) if !m.live_jvps.contains(&d.tag) && m.level_position(d.tag).is_none() => d.primal.clone(),
+            Value::Dual(d) if !m.level_is_live(d.tag) => d.primal.clone(),
             other => return other,
         }
     }
@@ -304,7 +293,7 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     }
     let tag = tag_of(&x);
     if tag == 0 {
-        return Err(Fault::new(format!("internal: `{op:?}` on {}", x.type_name())));
+        return Err(Fault::internal(format!("`{op:?}` on {}", x.type_name())));
     }
     let p = primal_at(&x, tag);
     let y = apply_un(m, op, p.clone())?;
@@ -515,8 +504,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
 }
 
 /// `jvp`'s result: (primal output, tangent output) at `tag`.
-pub fn jvp_finish(m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
-    m.live_jvps.retain(|&t| t != tag);
+pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {

@@ -108,7 +108,7 @@ pub fn partials(m: &mut Machine, p: Prim, a: &Value, b: &Value, y: &Value) -> FR
             };
             (da, db)
         }
-        other => return Err(Fault::new(format!("internal: `{other:?}` is not differentiable"))),
+        other => return Err(Fault::internal(format!("`{other:?}` is not differentiable"))),
     })
 }
 

@@ -17,19 +17,19 @@ fn none() -> Value {
 fn string(v: Value) -> FResult<Rc<String>> {
     match v {
         Value::Str(s) => Ok(s),
-        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a String, got {}", other.type_name()))),
     }
 }
 fn int(v: Value) -> FResult<i64> {
     match v {
         Value::Int(n) => Ok(n),
-        other => Err(Fault::new(format!("internal: expected an Int, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected an Int, got {}", other.type_name()))),
     }
 }
 fn float(v: Value) -> FResult<f64> {
     match crate::ad::strip(&v) {
         Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a Float, got {}", other.type_name()))),
     }
 }
 
@@ -128,6 +128,6 @@ pub fn pure(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Nan => Value::Float(f64::NAN),
         B::IsNan => Value::Bool(float(arg())?.is_nan()),
         B::Ref => Value::Ref(Rc::new(RefCell::new(arg()))),
-        other => return Err(Fault::new(format!("internal: builtin {other:?} dispatched as pure"))),
+        other => return Err(Fault::internal(format!("builtin {other:?} dispatched as pure"))),
     })
 }

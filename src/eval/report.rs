@@ -16,7 +16,7 @@ pub struct Progress {
 fn text(v: Value) -> FResult<String> {
     match v {
         Value::Str(s) => Ok(s.to_string()),
-        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a String, got {}", other.type_name()))),
     }
 }
 
@@ -67,7 +67,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 .collect();
             plot(&path, &values).map_err(|e| Fault::new(format!("cannot plot to `{path}`: {e}")))?;
         }
-        other => return Err(Fault::new(format!("internal: {other:?} is not a reporting builtin"))),
+        other => return Err(Fault::internal(format!("{other:?} is not a reporting builtin"))),
     }
     Ok(Value::Unit)
 }

@@ -22,7 +22,7 @@ fn new_full(shape: &[usize], v: f32) -> FResult<Value> {
 fn int(v: &Value) -> FResult<i64> {
     match v {
         Value::Int(n) => Ok(*n),
-        other => Err(Fault::new(format!("internal: expected an Int, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected an Int, got {}", other.type_name()))),
     }
 }
 
@@ -43,21 +43,21 @@ fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
 fn float(v: &Value) -> FResult<f64> {
     match ad::strip(v) {
         Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a Float, got {}", other.type_name()))),
     }
 }
 
 fn string(v: &Value) -> FResult<String> {
     match v {
         Value::Str(s) => Ok(s.to_string()),
-        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a String, got {}", other.type_name()))),
     }
 }
 
 fn plain_tensor(v: &Value) -> FResult<Rc<Tensor>> {
     match ad::strip(v) {
         Value::Tensor(t) => Ok(t),
-        other => Err(Fault::new(format!("internal: expected a Tensor, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a Tensor, got {}", other.type_name()))),
     }
 }
 
@@ -219,6 +219,6 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             };
             ad::tensor::call(m, TOp::ToDevice(d), vec![t])?
         }
-        other => return Err(Fault::new(format!("internal: {other:?} is not a tensor builtin"))),
+        other => return Err(Fault::internal(format!("{other:?} is not a tensor builtin"))),
     })
 }

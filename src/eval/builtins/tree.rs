@@ -12,7 +12,7 @@ use crate::tensor::{TOp, Un};
 fn float(v: &Value) -> FResult<f64> {
     match ad::strip(v) {
         Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a Float, got {}", other.type_name()))),
     }
 }
 
@@ -64,6 +64,6 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             })?;
             total
         }
-        other => return Err(Fault::new(format!("internal: {other:?} is not a tree builtin"))),
+        other => return Err(Fault::internal(format!("{other:?} is not a tree builtin"))),
     })
 }
