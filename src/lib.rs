@@ -10,6 +10,7 @@ pub mod core;
 pub mod diagnostic;
 pub mod eval;
 pub mod lsp;
+pub mod progress;
 pub mod repl;
 pub mod runtime;
 pub mod session;

@@ -1,98 +1,53 @@
-//! Differentiation as delimited-continuation handlers (DESIGN.md principle 3).
+//! Differentiation as delimited-continuation handlers (DESIGN.md principle 3), written against
+//! a host (`Host`, host.rs) rather than the machine: everything here is generic over it.
 //!
-//! `grad f x` (see `Machine::control`) makes a fresh tag, wraps `x` in values tracked by it,
-//! and runs `f` in a `GradPrompt(tag)` segment sitting on a `GradHandler(tag)` segment. A
-//! primitive meeting a tracked value shifts to that prompt: it computes the primal, pushes an
-//! adjoint frame onto the handler segment (below every frame of `f`), and resumes the rest of
-//! `f` with a new tracked result. Since the continuation it captured is put back exactly where
-//! it was, capture-and-resume is fused into one O(1) push. When `f` returns, the prompt pops,
-//! the output's adjoint is seeded with 1, and the machine returns through the adjoint frames
-//! in reverse order: that return path *is* the backward pass. Nested `grad`s have larger
-//! tags, so a value carries perturbations of each level separately (no confusion).
+//! **What is built.** `grad f x` (the machine's `Control::Grad`) takes a fresh tag, wraps the
+//! leaves of `x` in tracked values (`wrap`), and runs `f` in a segment delimited by
+//! `GradPrompt(tag)`, which sits on a segment whose delimiter, `GradHandler`, holds the level's
+//! state (`GradState`). In the shift/reset model (docs/grad.md §2) a primitive meeting a tracked
+//! value would `shift` to that prompt, compute `y`, call `k y`, and when `k` returns add
+//! `adj(y) · ∂y/∂input` to each input's adjoint. Two refinements make that O(1) per operation:
+//! - the capture and the resumption are fused: `k y` would put the captured frames back
+//!   exactly where they were, so they are never moved;
+//! - the after-code is defunctionalised: it is always "scale the output's adjoint by these
+//!   partials and add it to these cells", so it is kept as data — an adjoint record
+//!   (`AdjFrame`) pushed onto the list in the handler's delimiter — instead of a suspended
+//!   Rust or dp computation.
+//!
+//! When `f` returns to its prompt, `backward` seeds the output's adjoint and runs the records
+//! last first: the order in which the nested `k y` calls would have returned.
+//!
+//! **Why this is faithful to the shift/reset model**, not a tape kept beside it: the records
+//! live in the handler's delimiter, that is, *in the continuation*, so what the continuation
+//! semantics gives still holds by the same mechanism. A continuation captured inside `f` and
+//! resumed several times (multi-shot) copies the handler segment with its records, and each
+//! run's backward pass starts from zero adjoints. A tracked value that escapes its `grad`
+//! finds no delimiter for its tag (`Host::handler` is `None`) and behaves as its primal.
+//! Nested `grad`s are distinct delimiters with distinct tags, so their records never mix; the
+//! rules compute with the host's generic arithmetic, so an inner backward pass, run while the
+//! outer `grad` is live, is recorded by the outer level like any other code. `jvp` is a
+//! delimiter too (`Jvp(tag)`), holding nothing (forward mode needs no continuation), so that
+//! every running level is a segment boundary: whether a level is live, and which of two is
+//! nested in the other, is read off the delimiters in O(segments) (`innermost`, `live`).
+//!
+//! The data (tracked values, dual numbers, adjoint records) is the run-time layer's
+//! (runtime/perturbed.rs); the rules — `rules.rs` for scalars, `tensor.rs` for tensor
+//! operations, `matmul.rs` for the fused reverse rule of `@` — are the one table of derivatives
+//! for both modes.
 
+mod host;
 mod matmul;
 pub mod rules;
 pub mod tensor;
 
 use crate::core::Prim;
-use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::tensor::forward;
-use crate::eval::value::{RecordVal, Value};
+use crate::runtime::perturbed::{is_ad, strip, tag_of, AdjFrame, Dual, GradState, OpFrame, Tracked};
+use crate::runtime::value::{RecordVal, Value};
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{cpu::elementwise, TOp, Tensor, Un};
+pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-
-pub struct Tracked {
-    pub tag: u32,
-    pub primal: Value,
-    /// None means zero (nothing has flowed back yet).
-    pub adj: RefCell<Option<Value>>,
-}
-
-pub struct Dual {
-    pub tag: u32,
-    pub primal: Value,
-    pub tangent: Value,
-}
-
-/// An adjoint frame, run on the way back.
-#[derive(Clone)]
-pub enum AdjFrame {
-    /// Elementwise: `a.adj += out.adj * da` (and the same for `b`), unbroadcast to a's shape.
-    Scale { out: Rc<Tracked>, a: Option<(Rc<Tracked>, Value)>, b: Option<(Rc<Tracked>, Value)> },
-    /// A tensor operation: its reverse rule maps `out.adj` to each input's contribution.
-    /// (Boxed: keeps the common scalar frame small.)
-    Op(Box<OpFrame>),
-}
-
-#[derive(Clone)]
-pub struct OpFrame {
-    out: Rc<Tracked>,
-    op: TOp,
-    inputs: Vec<Option<Rc<Tracked>>>,
-    primals: Vec<Value>,
-}
-
-#[derive(Clone)]
-pub struct GradState {
-    tag: u32,
-    input: Value,
-    with_value: bool,
-    frames: Vec<AdjFrame>,
-}
-
-impl GradState {
-    /// `frames` is an empty vector whose capacity a previous `grad` left behind (see
-    /// `Machine::spare_adjoint_frames`): a loop of `grad` calls grows it only once.
-    pub fn new(tag: u32, input: Value, with_value: bool, frames: Vec<AdjFrame>) -> GradState {
-        GradState { tag, input, with_value, frames }
-    }
-}
-
-pub fn tag_of(v: &Value) -> u32 {
-    match v {
-        Value::Tracked(t) => t.tag,
-        Value::Dual(d) => d.tag,
-        _ => 0,
-    }
-}
-
-pub fn is_ad(v: &Value) -> bool {
-    matches!(v, Value::Tracked(_) | Value::Dual(_))
-}
-
-/// The plain value under every perturbation (scalars only).
-pub fn strip(v: &Value) -> Value {
-    let mut v = v.clone();
-    loop {
-        v = match v {
-            Value::Tracked(t) => t.primal.clone(),
-            Value::Dual(d) => d.primal.clone(),
-            other => return other,
-        }
-    }
-}
 
 /// `stop_gradient`: strips perturbations throughout a structure.
 pub fn strip_deep(v: &Value) -> Value {
@@ -177,14 +132,14 @@ fn take_list(mut l: Value) -> Vec<Value> {
 }
 
 /// `grad`'s argument: every differentiable leaf tracked by `tag`.
-pub fn wrap(_m: &mut Machine, x: &Value, tag: u32) -> FResult<Value> {
+pub fn wrap(x: &Value, tag: u32) -> FResult<Value> {
     map_leaves(x.clone(), &mut |leaf| {
         Ok(Value::Tracked(Rc::new(Tracked { tag, primal: leaf, adj: RefCell::new(None) })))
     })
 }
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
-pub fn dual(_m: &mut Machine, x: &Value, v: &Value, tag: u32) -> FResult<Value> {
+pub fn dual(x: &Value, v: &Value, tag: u32) -> FResult<Value> {
     zip_leaves(x.clone(), v.clone(), &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))))
 }
 
@@ -197,7 +152,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
     }
 }
 
-pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
         Value::Tensor(t) => Ok(Value::Tensor(Rc::new(elementwise::unary(op, t)?))),
@@ -222,10 +177,10 @@ pub fn zero_like(v: &Value) -> Value {
 }
 
 /// A tensor operation applied to perturbed arguments (see `tensor::call`).
-pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
     let args: Vec<Value> = args.into_iter().map(|a| live(m, a)).collect();
     if !args.iter().any(is_ad) {
-        return forward(&op, &args);
+        return m.forward(&op, &args);
     }
     let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
@@ -256,7 +211,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
         })
         .collect();
     let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
-    match m.grad_handler(tag) {
+    match m.handler(tag) {
         Some(h) => h.frames.push(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
         None => return Ok(out.primal.clone()),
     }
@@ -266,7 +221,7 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
 /// Of two live levels, the one nested inside the other: its delimiter sits higher on the
 /// machine's stack. Usually that is the newer tag, but a continuation captured inside an older
 /// `grad` and resumed inside a newer one reinstates the older level above the newer.
-fn innermost(m: &Machine, a: u32, b: u32) -> u32 {
+fn innermost<H: Host>(m: &H, a: u32, b: u32) -> u32 {
     if a == 0 || b == 0 || a == b {
         return a.max(b);
     }
@@ -275,18 +230,18 @@ fn innermost(m: &Machine, a: u32, b: u32) -> u32 {
 
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
 /// `grad` or `jvp` (through a reference cell, say) is a plain value of the levels still live.
-fn live(m: &mut Machine, v: Value) -> Value {
+fn live<H: Host>(m: &mut H, v: Value) -> Value {
     let mut v = v;
     loop {
         v = match v {
-            Value::Tracked(t) if m.grad_handler(t.tag).is_none() => t.primal.clone(),
+            Value::Tracked(t) if m.handler(t.tag).is_none() => t.primal.clone(),
             Value::Dual(d) if !m.level_is_live(d.tag) => d.primal.clone(),
             other => return other,
         }
     }
 }
 
-pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     let x = live(m, x);
     if !is_ad(&x) {
         return apply_un(m, op, x);
@@ -308,7 +263,7 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
             let dy = rules::un_deriv(op, m, &p, &y)?;
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
-            match m.grad_handler(tag) {
+            match m.handler(tag) {
                 Some(h) => h.frames.push(frame),
                 None => return Ok(out.primal.clone()),
             }
@@ -318,7 +273,7 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     }
 }
 
-pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
+pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value> {
     let (a, b) = (live(m, a), live(m, b));
     if !is_ad(&a) && !is_ad(&b) {
         return m.prim2(p, a, b);
@@ -360,7 +315,13 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
 
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
 /// scales its adjoint by each tracked operand's partial.
-fn record(m: &mut Machine, tag: u32, y: Value, a: (&Value, bool, Value), b: (&Value, bool, Value)) -> FResult<Value> {
+fn record<H: Host>(
+    m: &mut H,
+    tag: u32,
+    y: Value,
+    a: (&Value, bool, Value),
+    b: (&Value, bool, Value),
+) -> FResult<Value> {
     // `live` has just found this tag's handler (the operand tracked by it is live).
     let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
     let pick = |(v, on, d): (&Value, bool, Value)| match (on, v) {
@@ -368,14 +329,14 @@ fn record(m: &mut Machine, tag: u32, y: Value, a: (&Value, bool, Value), b: (&Va
         _ => None,
     };
     let frame = AdjFrame::Scale { out: out.clone(), a: pick(a), b: pick(b) };
-    match m.grad_handler(tag) {
+    match m.handler(tag) {
         Some(h) => h.frames.push(frame),
         None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
 }
 
-fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+fn add<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     match (a, b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x + y)),
         // Adjoints accumulate in place when this sum is the only owner of the tensor.
@@ -390,14 +351,14 @@ fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
     }
 }
 
-fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     match (&a, &b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x * y)),
         _ => m.prim2(Prim::Mul, a, b),
     }
 }
 
-pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
+pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value) -> FResult<()> {
     // A broadcast input receives the sum of its copies' adjoints, in its own kind (Float or
     // Tensor) and shape.
     if let (Value::Float(_), Value::Float(c)) = (&cell.primal, &contribution) {
@@ -435,7 +396,7 @@ pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -
 
 /// The handler's work once `f` has returned `y`: seed, return through the adjoint frames,
 /// read the argument's adjoints.
-pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Value> {
+pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Value> {
     let tag = state.tag;
     match &y {
         Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
@@ -445,8 +406,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
     let mut outer = matmul::OuterSums::default();
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
-        if n.is_multiple_of(4096) && m.interrupt.load(Ordering::Relaxed) {
-            m.interrupt.store(false, Ordering::Relaxed);
+        if n.is_multiple_of(4096) && m.interrupted() {
             return Err(Fault::new("interrupted"));
         }
         match frame {
@@ -487,7 +447,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
         }
     }
     outer.flush_all(m)?;
-    m.spare_adjoint_frames = std::mem::take(&mut state.frames);
+    m.recycle(std::mem::take(&mut state.frames));
     // Reading an input's adjoint also clears it, so a continuation that re-enters this
     // `grad` (multi-shot) starts its next backward pass from zero.
     let grads = map_leaves(state.input.clone(), &mut |leaf| {

@@ -5,52 +5,21 @@
 //! continuation pushes them back (copying only when the continuation is shared, so multi-shot
 //! use stays correct). The Rust stack never grows with the dp program.
 
-use super::compile::{Function, Op};
-use super::value::{Closure, ConVal, Cont, Pap, RecordVal, Value};
-use crate::ad::{self, GradState};
+use crate::ad;
 use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
+use crate::runtime::code::{Function, Op};
+use crate::runtime::perturbed::{is_ad, strip, AdjFrame, GradState};
+use crate::runtime::stack::{Delim, Frame, Segment};
+use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
+use crate::runtime::{FResult, Fault};
 use crate::source::Span;
 use crate::tensor::{TOp, Un};
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Frames of a segment's control stack.
-#[derive(Clone)]
-pub enum Frame {
-    /// A dp function waiting for a callee to return: where it resumes, and its `base` and
-    /// `floor` (see `Machine::exec`).
-    Dp { clo: Rc<Closure>, pc: u32, base: u32, floor: u32 },
-    /// Over-application: apply the returned function to these arguments.
-    ApplyRest(Box<(Vec<Value>, Span)>),
-}
-
-#[derive(Clone)]
-pub enum Delim {
-    /// The bottom of a `Machine::run`.
-    Base,
-    Reset,
-    /// Where the function differentiated by `grad` runs; AD primitives of this tag shift here.
-    GradPrompt(u32),
-    /// Just below a prompt: the handler's state, including the adjoint frames it collects.
-    GradHandler(Box<GradState>),
-    /// Where the function given to `jvp` runs: when it returns, its result is split into the
-    /// primal and the tangent of this tag. A delimiter rather than a frame, so that every
-    /// running level is a segment boundary and their order is found without reading frames.
-    Jvp(u32),
-}
-
-#[derive(Clone)]
-pub struct Segment {
-    pub stack: Vec<Value>,
-    pub frames: Vec<Frame>,
-    pub delim: Delim,
-}
-
-pub use crate::runtime::{FResult, Fault};
 
 /// What the machine does next.
 enum Action {
@@ -96,10 +65,10 @@ pub struct Machine {
     pub args: Vec<String>,
     pub out: Box<dyn Write>,
     pub exit_code: Option<i32>,
-    /// The progress bar of a running training loop (see `eval::report`).
-    pub progress: Option<super::report::Progress>,
+    /// Where the progress builtins report; the session chooses it (the machine draws nothing).
+    pub reporter: Box<dyn super::builtins::progress::Reporter>,
     /// The emptied adjoint-frame vector of the last finished `grad`, kept for its capacity.
-    pub spare_adjoint_frames: Vec<crate::ad::AdjFrame>,
+    pub spare_adjoint_frames: Vec<AdjFrame>,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -128,7 +97,7 @@ impl Machine {
             args: Vec::new(),
             out: Box::new(std::io::stdout()),
             exit_code: None,
-            progress: None,
+            reporter: Box::new(super::builtins::progress::Silent),
             spare_adjoint_frames: Vec::new(),
         }
     }
@@ -298,7 +267,7 @@ impl Machine {
                     Some(&[Value::Int(x), Value::Int(y)]) => {
                         self.cut(n - 1);
                         if let Some(top) = self.stack.last_mut() {
-                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                            value::discard(std::mem::replace(top, $f(x, y)));
                         }
                     }
                     _ => fault!(Fault::internal("integer operation on non-integers")),
@@ -312,7 +281,7 @@ impl Machine {
                     Some(&[Value::Float(x), Value::Float(y)]) => {
                         self.cut(n - 1);
                         if let Some(top) = self.stack.last_mut() {
-                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                            value::discard(std::mem::replace(top, $f(x, y)));
                         }
                     }
                     _ => {
@@ -408,7 +377,7 @@ impl Machine {
                     let top = base + clo.func.nlocals as usize;
                     self.cut(top);
                     for v in &mut self.stack[base + n..] {
-                        super::value::discard(std::mem::take(v));
+                        value::discard(std::mem::take(v));
                     }
                     self.grow_locals(top);
                     pc = 0;
@@ -478,7 +447,7 @@ impl Machine {
                     let slot = base + s as usize;
                     let v = std::mem::take(&mut self.stack[slot]);
                     let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
-                    super::value::discard(std::mem::replace(&mut self.stack[slot], v));
+                    value::discard(std::mem::replace(&mut self.stack[slot], v));
                     if !ok {
                         pc = t as usize;
                     }
@@ -791,7 +760,7 @@ impl Machine {
             Control::Grad { f, x, with_value } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let wrapped = ad::wrap(self, &x, tag)?;
+                let wrapped = ad::wrap(&x, tag)?;
                 let frames = std::mem::take(&mut self.spare_adjoint_frames);
                 self.push_segment(Delim::GradHandler(Box::new(GradState::new(
                     tag,
@@ -805,7 +774,7 @@ impl Machine {
             Control::Jvp { f, x, v } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let dual = ad::dual(self, &x, &v, tag)?;
+                let dual = ad::dual(&x, &v, tag)?;
                 self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
@@ -889,12 +858,12 @@ impl Machine {
             (Prim::Mul, Float(x), Float(y)) => Float(x * y),
             (Prim::Div, Float(x), Float(y)) => Float(x / y),
             (Prim::Pow, Float(x), Float(y)) => Float(x.powf(*y)),
-            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if ad::is_ad(&a) || ad::is_ad(&b) => {
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if is_ad(&a) || is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
-                return super::tensor::elementwise(p, a, b)
+                return crate::runtime::tensor::elementwise(p, a, b)
             }
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
@@ -962,48 +931,7 @@ impl Machine {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
                 x => self.math(Un::Abs, x)?,
             },
-            B::TensorOf
-            | B::Zeros
-            | B::Ones
-            | B::Full
-            | B::Arange
-            | B::Randn
-            | B::Uniform
-            | B::LoadNpy
-            | B::SaveNpy
-            | B::Shape
-            | B::Reshape
-            | B::Transpose
-            | B::Concat
-            | B::Slice
-            | B::Row
-            | B::Onehot
-            | B::Sum
-            | B::Mean
-            | B::Max
-            | B::SumAxis
-            | B::MeanAxis
-            | B::Argmax
-            | B::Softmax
-            | B::LogSoftmax
-            | B::Logsumexp
-            | B::Item
-            | B::ToList
-            | B::ToDevice
-            | B::Conv2d
-            | B::MaxPool2d => super::builtins::tensor::call(self, b, &mut arg)?,
-            B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => super::report::call(self, b, &mut arg)?,
-            B::TreeAdd
-            | B::TreeSub
-            | B::TreeMul
-            | B::TreeDiv
-            | B::TreeScale
-            | B::TreeAddScalar
-            | B::TreeSqrt
-            | B::TreeClip
-            | B::TreeZeros
-            | B::TreeSumSquares => super::builtins::tree::call(self, b, &mut arg)?,
-            other => super::prims::pure(self, other, &mut arg)?,
+            other => super::builtins::call(self, other, &mut arg)?,
         };
         Ok(BuiltinOut::Value(v))
     }
@@ -1042,7 +970,7 @@ fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bo
             (Const::Int(a), Value::Int(b)) => a == b,
             (Const::Float(a), Value::Float(b)) => a == b,
             (Const::Float(a), Value::Tracked(_) | Value::Dual(_)) => {
-                matches!(ad::strip(v), Value::Float(b) if *a == b)
+                matches!(strip(v), Value::Float(b) if *a == b)
             }
             (Const::Str(a), Value::Str(b)) => **a == ***b,
             _ => false,
@@ -1114,7 +1042,7 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                     work.push((pv, qv));
                 }
             }
-            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((ad::strip(&x), ad::strip(&y))),
+            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((strip(&x), strip(&y))),
             (Tensor(p), Tensor(q)) => {
                 if p.shape() != q.shape() || p.array() != q.array() {
                     return Ok(false);
@@ -1135,7 +1063,7 @@ pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
         (Int(x), Int(y)) => x.cmp(y),
         (Float(x), Float(y)) => x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Greater),
         (Str(x), Str(y)) => x.cmp(y),
-        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&ad::strip(a), &ad::strip(b)),
+        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&strip(a), &strip(b)),
         _ => return Err(Fault::internal(format!("ordering {} and {}", a.type_name(), b.type_name()))),
     })
 }

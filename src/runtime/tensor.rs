@@ -1,7 +1,7 @@
 //! Where interpreter values meet the tensor library (crates/dp-tensor, which knows nothing of
 //! `Value` or `Fault`): tensor operations on plain values, and its errors as faults.
 
-use super::machine::{FResult, Fault};
+use super::fault::{FResult, Fault};
 use super::value::Value;
 use crate::core::Prim;
 use crate::tensor::ops::{self, Out};
