@@ -13,6 +13,9 @@
 //!   partials and add it to these cells", so it is kept as data — an adjoint record
 //!   (`AdjFrame`) pushed onto the list in the handler's delimiter — instead of a suspended
 //!   Rust or dp computation.
+//!   Where the partials themselves are tensor work (a tracked tensor `sin`, `tanh`, `/`,
+//!   `**`, …), the record saves the primals instead (`AdjFrame::Deferred`) and the backward
+//!   pass computes the partials, only for records an adjoint reaches.
 //!
 //! When `f` returns to its prompt, `backward` seeds the output's adjoint and runs the records
 //! last first: the order in which the nested `k y` calls would have returned.
@@ -41,7 +44,9 @@ pub mod rules;
 pub mod tensor;
 
 use crate::core::Prim;
-use crate::runtime::perturbed::{is_ad, strip, tag_of, AdjFrame, Dual, GradState, OpFrame, Tracked};
+use crate::runtime::perturbed::{
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, Tracked,
+};
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{cpu::elementwise, TOp, Tensor, Un};
@@ -259,10 +264,16 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
-            // `live` has just found this tag's handler: no need to look twice.
-            let dy = rules::un_deriv(op, m, &p, &y)?;
+            let tensor = is_tensor(&p);
+            // On a tensor the derivative is tensor work: left to the backward pass.
+            let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
-            let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
+            let frame = match dy {
+                Some(dy) => AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None },
+                None => {
+                    AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))
+                }
+            };
             match m.handler(tag) {
                 Some(h) => h.frames.push(frame),
                 None => return Ok(out.primal.clone()),
@@ -309,8 +320,28 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
+    // The partials of `/` and `**` on tensors are tensor work (those of `+ - *` are constants
+    // or the operands themselves): left to the backward pass.
+    if matches!(p, Prim::Div | Prim::Pow) && (is_tensor(&pa) || is_tensor(&pb)) {
+        let operand = |v: &Value, on: bool, primal: Value| match (on, v) {
+            (true, Value::Tracked(t)) => Operand::Tracked(t.clone()),
+            _ => Operand::Const(primal),
+        };
+        let op = Deferred::Bin(p, operand(&a, a_in, pa), operand(&b, b_in, pb));
+        let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
+        match m.handler(tag) {
+            Some(h) => h.frames.push(AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op }))),
+            None => return Ok(out.primal.clone()),
+        }
+        return Ok(Value::Tracked(out));
+    }
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
+}
+
+/// Whether a value is a tensor under its perturbations.
+fn is_tensor(v: &Value) -> bool {
+    matches!(strip(v), Value::Tensor(_))
 }
 
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
@@ -420,6 +451,27 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                 if let Some((b, db)) = b {
                     let c = mul(m, g, db)?;
                     accumulate(m, &b, c)?;
+                }
+            }
+            AdjFrame::Deferred(frame) => {
+                let DeferredFrame { out, op } = *frame;
+                outer.flush(m, &out)?;
+                let Some(g) = out.adj.borrow_mut().take() else { continue };
+                match op {
+                    Deferred::Un(op, x) => {
+                        let dy = rules::un_deriv(op, m, &x.primal, &out.primal)?;
+                        let c = mul(m, g, dy)?;
+                        accumulate(m, &x, c)?;
+                    }
+                    Deferred::Bin(p, a, b) => {
+                        let (da, db) = rules::partials(m, p, &a.primal(), &b.primal(), &out.primal)?;
+                        for (operand, d) in [(a, da), (b, db)] {
+                            if let Operand::Tracked(cell) = operand {
+                                let c = mul(m, g.clone(), d)?;
+                                accumulate(m, &cell, c)?;
+                            }
+                        }
+                    }
                 }
             }
             AdjFrame::Op(frame) => {

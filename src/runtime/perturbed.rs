@@ -32,6 +32,41 @@ pub enum AdjFrame {
     /// A tensor operation: its reverse rule maps `out.adj` to each input's contribution.
     /// (Boxed: keeps the common scalar frame small.)
     Op(Box<OpFrame>),
+    /// An elementwise operation on tensors whose partials cost tensor work (`sin`, `tanh`,
+    /// `/`, `**`, …): they are computed in the backward pass from the saved primals, and only
+    /// if an adjoint reaches the record.
+    Deferred(Box<DeferredFrame>),
+}
+
+#[derive(Clone)]
+pub struct DeferredFrame {
+    pub out: Rc<Tracked>,
+    pub op: Deferred,
+}
+
+/// What a deferred record saved of its operation.
+#[derive(Clone)]
+pub enum Deferred {
+    /// `out = op x`, with `x` tracked at the record's level (its primal is the saved input).
+    Un(crate::tensor::Un, Rc<Tracked>),
+    /// `out = a p b`, each operand tracked at the record's level or a constant there.
+    Bin(crate::core::Prim, Operand, Operand),
+}
+
+#[derive(Clone)]
+pub enum Operand {
+    Tracked(Rc<Tracked>),
+    Const(Value),
+}
+
+impl Operand {
+    /// The operand's value at the record's level.
+    pub fn primal(&self) -> Value {
+        match self {
+            Operand::Tracked(t) => t.primal.clone(),
+            Operand::Const(v) => v.clone(),
+        }
+    }
 }
 
 #[derive(Clone)]
