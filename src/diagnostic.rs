@@ -15,6 +15,9 @@ pub enum Phase {
     Parse,
     Type,
     Runtime,
+    /// A broken invariant of dp found at run time (`runtime::FaultKind::Internal`): reported
+    /// as dp's bug, never as an error of the program.
+    Internal,
     Io,
 }
 
@@ -89,6 +92,7 @@ impl Diagnostic {
             Phase::Parse => "syntax error",
             Phase::Type => "type error",
             Phase::Runtime => "run-time error",
+            Phase::Internal => "internal error",
             Phase::Io => "error",
         };
         match self.severity {

@@ -2,9 +2,10 @@
 //! anything runs, compiles and runs them. The CLI, the REPL and the tests all go through it.
 
 use crate::diagnostic::{Diagnostic, Phase};
-use crate::eval::compile::{compile_toplevel, Function};
+use crate::eval::compile::compile_toplevel;
 use crate::eval::machine::Machine;
-use crate::eval::value::{show, Value};
+use crate::runtime::code::Function;
+use crate::runtime::value::{show, Value};
 use crate::source::{SourceMap, Span};
 use crate::syntax::ast::{ImportTarget, Item};
 use crate::syntax::parser;
@@ -102,6 +103,8 @@ impl Session {
             generation: 0,
             check_only: false,
         };
+        // The session shows a training loop's progress; the machine only reports it.
+        s.machine.reporter = Box::new(crate::progress::Bar::default());
         if let Some(prelude) = stdlib_source("prelude") {
             let id = s.sources.add("<stdlib/prelude.dp>", prelude);
             let items = parser::parse_program(prelude, id)?;

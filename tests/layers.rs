@@ -62,3 +62,96 @@ fn a_plain_cargo_test_covers_the_tensor_crate() {
     let line = manifest.lines().find(|l| l.trim_start().starts_with("default-members")).unwrap_or("");
     assert!(line.contains("\"crates/dp-tensor\""), "crates/dp-tensor is not a default member: `{line}`");
 }
+
+/// The layers of the dp crate as docs/design.md draws them: its ```layers block, top first, one
+/// layer a line. Modules on one line are side by side (neither imports the other); `a+b` is a
+/// knot of modules that import each other, one layer.
+fn documented_layers() -> Vec<Vec<Vec<String>>> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/design.md"))
+        .expect("read docs/design.md");
+    let start = doc.find("```layers\n").expect("docs/design.md has a ```layers block") + "```layers\n".len();
+    let len = doc[start..].find("```").expect("the ```layers block ends");
+    doc[start..start + len]
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(|knot| knot.split('+').map(String::from).collect()).collect())
+        .collect()
+}
+
+/// The dp module a source file belongs to: the first component under src/.
+fn module_of(file: &Path, src: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_string_lossy().to_string();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (name != "lib").then_some(name)
+}
+
+/// Each `crate::name` that a file's code (not its comments) mentions.
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            let after = &rest[at + "crate::".len()..];
+            let name: String = after.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            // A grouped `use crate::{a, b}` would hide its modules from this check: it is
+            // reported as a module of its own name, `{`, which no layer holds.
+            let name = if name.is_empty() && after.starts_with('{') { "{".to_string() } else { name };
+            if !name.is_empty() {
+                out.push((i + 1, name));
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dp_crate_imports_only_downwards() {
+    let layers = documented_layers();
+    let rank = |m: &str| {
+        layers
+            .iter()
+            .enumerate()
+            .find_map(|(i, layer)| layer.iter().find(|knot| knot.iter().any(|k| k == m)).map(|knot| (i, knot.clone())))
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let Some(module) = module_of(file, &src) else { continue };
+        let Some((mine, knot)) = rank(&module) else {
+            wrong
+                .push(format!("{}: module `{module}` is not in the ```layers block of docs/design.md", file.display()));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for (line, target) in crate_paths(&text) {
+            if target == module || knot.contains(&target) {
+                continue;
+            }
+            match rank(&target) {
+                Some((theirs, _)) if theirs > mine => {}
+                Some(_) => wrong.push(format!(
+                    "{}:{line}: `{module}` uses `crate::{target}`, which is not below it",
+                    file.display()
+                )),
+                None => wrong.push(format!(
+                    "{}:{line}: `crate::{target}` is not in the ```layers block of docs/design.md",
+                    file.display()
+                )),
+            }
+        }
+    }
+    assert!(files.len() > 20, "found only {} source files under src/", files.len());
+    assert!(wrong.is_empty(), "imports against the layer diagram (docs/design.md):\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_layer_check_reads_paths_and_skips_comments() {
+    let found = crate_paths("use crate::runtime::value::Value; // crate::eval\nlet x = crate::ad::strip(v);\n");
+    assert_eq!(found, vec![(1, "runtime".to_string()), (2, "ad".to_string())]);
+}

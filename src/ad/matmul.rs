@@ -3,9 +3,10 @@
 //! `backward` tries this first for a `MatMul` frame; the generic rule (`tensor::vjp`) covers every
 //! other case (GPU operands, higher-order derivatives, shared adjoint buffers).
 
+use super::Host;
 use super::{accumulate, Tracked};
-use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::value::Value;
+use crate::runtime::value::Value;
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{cpu::product_into, Tensor};
 use std::rc::Rc;
 
@@ -77,7 +78,7 @@ impl OuterSums {
     }
 
     /// Adds `cell`'s pending products to its adjoint (before the adjoint is read).
-    pub(super) fn flush(&mut self, m: &mut Machine, cell: &Tracked) -> FResult<()> {
+    pub(super) fn flush<H: Host>(&mut self, m: &mut H, cell: &Tracked) -> FResult<()> {
         if self.cells.is_empty() {
             return Ok(());
         }
@@ -90,7 +91,7 @@ impl OuterSums {
         }
     }
 
-    pub(super) fn flush_all(&mut self, m: &mut Machine) -> FResult<()> {
+    pub(super) fn flush_all<H: Host>(&mut self, m: &mut H) -> FResult<()> {
         for (cell, pairs) in std::mem::take(&mut self.cells) {
             accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))?;
         }
@@ -106,7 +107,7 @@ fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
         for p in pairs {
             let a = pick(p).array();
             if a.len() != n {
-                return Err(Fault::new("internal: outer products of different shapes"));
+                return Err(Fault::internal("outer products of different shapes"));
             }
             match a.as_slice() {
                 Some(s) => data.extend_from_slice(s),

@@ -1,98 +1,58 @@
-//! Differentiation as delimited-continuation handlers (DESIGN.md principle 3).
+//! Differentiation as delimited-continuation handlers (DESIGN.md principle 3), written against
+//! a host (`Host`, host.rs) rather than the machine: everything here is generic over it.
 //!
-//! `grad f x` (see `Machine::control`) makes a fresh tag, wraps `x` in values tracked by it,
-//! and runs `f` in a `GradPrompt(tag)` segment sitting on a `GradHandler(tag)` segment. A
-//! primitive meeting a tracked value shifts to that prompt: it computes the primal, pushes an
-//! adjoint frame onto the handler segment (below every frame of `f`), and resumes the rest of
-//! `f` with a new tracked result. Since the continuation it captured is put back exactly where
-//! it was, capture-and-resume is fused into one O(1) push. When `f` returns, the prompt pops,
-//! the output's adjoint is seeded with 1, and the machine returns through the adjoint frames
-//! in reverse order: that return path *is* the backward pass. Nested `grad`s have larger
-//! tags, so a value carries perturbations of each level separately (no confusion).
+//! **What is built.** `grad f x` (the machine's `Control::Grad`) takes a fresh tag, wraps the
+//! leaves of `x` in tracked values (`wrap`), and runs `f` in a segment delimited by
+//! `GradPrompt(tag)`, which sits on a segment whose delimiter, `GradHandler`, holds the level's
+//! state (`GradState`). In the shift/reset model (docs/grad.md §2) a primitive meeting a tracked
+//! value would `shift` to that prompt, compute `y`, call `k y`, and when `k` returns add
+//! `adj(y) · ∂y/∂input` to each input's adjoint. Two refinements make that O(1) per operation:
+//! - the capture and the resumption are fused: `k y` would put the captured frames back
+//!   exactly where they were, so they are never moved;
+//! - the after-code is defunctionalised: it is always "scale the output's adjoint by these
+//!   partials and add it to these cells", so it is kept as data — an adjoint record
+//!   (`AdjFrame`) pushed onto the list in the handler's delimiter — instead of a suspended
+//!   Rust or dp computation.
+//!   Where the partials themselves are tensor work (a tracked tensor `sin`, `tanh`, `/`,
+//!   `**`, …), the record saves the primals instead (`AdjFrame::Deferred`) and the backward
+//!   pass computes the partials, only for records an adjoint reaches.
+//!
+//! When `f` returns to its prompt, `backward` seeds the output's adjoint and runs the records
+//! last first: the order in which the nested `k y` calls would have returned.
+//!
+//! **Why this is faithful to the shift/reset model**, not a tape kept beside it: the records
+//! live in the handler's delimiter, that is, *in the continuation*, so what the continuation
+//! semantics gives still holds by the same mechanism. A continuation captured inside `f` and
+//! resumed several times (multi-shot) copies the handler segment with its records, and each
+//! run's backward pass starts from zero adjoints. A tracked value that escapes its `grad`
+//! finds no delimiter for its tag (`Host::handler` is `None`) and behaves as its primal.
+//! Nested `grad`s are distinct delimiters with distinct tags, so their records never mix; the
+//! rules compute with the host's generic arithmetic, so an inner backward pass, run while the
+//! outer `grad` is live, is recorded by the outer level like any other code. `jvp` is a
+//! delimiter too (`Jvp(tag)`), holding nothing (forward mode needs no continuation), so that
+//! every running level is a segment boundary: whether a level is live, and which of two is
+//! nested in the other, is read off the delimiters in O(segments) (`innermost`, `live`).
+//!
+//! The data (tracked values, dual numbers, adjoint records) is the run-time layer's
+//! (runtime/perturbed.rs); the rules — `rules.rs` for scalars, `tensor.rs` for tensor
+//! operations, `matmul.rs` for the fused reverse rule of `@` — are the one table of derivatives
+//! for both modes.
 
+mod host;
 mod matmul;
 pub mod rules;
 pub mod tensor;
 
 use crate::core::Prim;
-use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::tensor::forward;
-use crate::eval::value::{RecordVal, Value};
+use crate::runtime::perturbed::{
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, Tracked,
+};
+use crate::runtime::value::{RecordVal, Value};
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{cpu::elementwise, TOp, Tensor, Un};
+pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
-
-pub struct Tracked {
-    pub tag: u32,
-    pub primal: Value,
-    /// None means zero (nothing has flowed back yet).
-    pub adj: RefCell<Option<Value>>,
-}
-
-pub struct Dual {
-    pub tag: u32,
-    pub primal: Value,
-    pub tangent: Value,
-}
-
-/// An adjoint frame, run on the way back.
-#[derive(Clone)]
-pub enum AdjFrame {
-    /// Elementwise: `a.adj += out.adj * da` (and the same for `b`), unbroadcast to a's shape.
-    Scale { out: Rc<Tracked>, a: Option<(Rc<Tracked>, Value)>, b: Option<(Rc<Tracked>, Value)> },
-    /// A tensor operation: its reverse rule maps `out.adj` to each input's contribution.
-    /// (Boxed: keeps the common scalar frame small.)
-    Op(Box<OpFrame>),
-}
-
-#[derive(Clone)]
-pub struct OpFrame {
-    out: Rc<Tracked>,
-    op: TOp,
-    inputs: Vec<Option<Rc<Tracked>>>,
-    primals: Vec<Value>,
-}
-
-#[derive(Clone)]
-pub struct GradState {
-    tag: u32,
-    input: Value,
-    with_value: bool,
-    frames: Vec<AdjFrame>,
-}
-
-impl GradState {
-    /// `frames` is an empty vector whose capacity a previous `grad` left behind (see
-    /// `Machine::spare_adjoint_frames`): a loop of `grad` calls grows it only once.
-    pub fn new(tag: u32, input: Value, with_value: bool, frames: Vec<AdjFrame>) -> GradState {
-        GradState { tag, input, with_value, frames }
-    }
-}
-
-pub fn tag_of(v: &Value) -> u32 {
-    match v {
-        Value::Tracked(t) => t.tag,
-        Value::Dual(d) => d.tag,
-        _ => 0,
-    }
-}
-
-pub fn is_ad(v: &Value) -> bool {
-    matches!(v, Value::Tracked(_) | Value::Dual(_))
-}
-
-/// The plain value under every perturbation (scalars only).
-pub fn strip(v: &Value) -> Value {
-    let mut v = v.clone();
-    loop {
-        v = match v {
-            Value::Tracked(t) => t.primal.clone(),
-            Value::Dual(d) => d.primal.clone(),
-            other => return other,
-        }
-    }
-}
 
 /// `stop_gradient`: strips perturbations throughout a structure.
 pub fn strip_deep(v: &Value) -> Value {
@@ -177,14 +137,14 @@ fn take_list(mut l: Value) -> Vec<Value> {
 }
 
 /// `grad`'s argument: every differentiable leaf tracked by `tag`.
-pub fn wrap(_m: &mut Machine, x: &Value, tag: u32) -> FResult<Value> {
+pub fn wrap(x: &Value, tag: u32) -> FResult<Value> {
     map_leaves(x.clone(), &mut |leaf| {
         Ok(Value::Tracked(Rc::new(Tracked { tag, primal: leaf, adj: RefCell::new(None) })))
     })
 }
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
-pub fn dual(_m: &mut Machine, x: &Value, v: &Value, tag: u32) -> FResult<Value> {
+pub fn dual(x: &Value, v: &Value, tag: u32) -> FResult<Value> {
     zip_leaves(x.clone(), v.clone(), &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))))
 }
 
@@ -197,7 +157,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
     }
 }
 
-pub fn apply_un(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
         Value::Tensor(t) => Ok(Value::Tensor(Rc::new(elementwise::unary(op, t)?))),
@@ -222,10 +182,10 @@ pub fn zero_like(v: &Value) -> Value {
 }
 
 /// A tensor operation applied to perturbed arguments (see `tensor::call`).
-pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
+pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
     let args: Vec<Value> = args.into_iter().map(|a| live(m, a)).collect();
     if !args.iter().any(is_ad) {
-        return forward(&op, &args);
+        return m.forward(&op, &args);
     }
     let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
@@ -256,55 +216,44 @@ pub fn tensor_op(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
         })
         .collect();
     let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
-    match m.grad_handler(tag) {
+    match m.handler(tag) {
         Some(h) => h.frames.push(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
         None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
 }
 
-/// Of two live levels, the one nested inside the other: its handler sits higher on the
+/// Of two live levels, the one nested inside the other: its delimiter sits higher on the
 /// machine's stack. Usually that is the newer tag, but a continuation captured inside an older
-/// `grad` and resumed inside a newer one reinstates the older handler above the newer.
-fn innermost(m: &Machine, a: u32, b: u32) -> u32 {
+/// `grad` and resumed inside a newer one reinstates the older level above the newer.
+fn innermost<H: Host>(m: &H, a: u32, b: u32) -> u32 {
     if a == 0 || b == 0 || a == b {
         return a.max(b);
     }
-    match (m.level_position(a), m.level_position(b)) {
-        (Some(pa), Some(pb)) if pa != pb => {
-            if pa > pb {
-                a
-            } else {
-                b
-            }
-        }
-        _ => a.max(b),
-    }
+    m.inner_level(a, b).unwrap_or(a.max(b))
 }
 
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
 /// `grad` or `jvp` (through a reference cell, say) is a plain value of the levels still live.
-fn live(m: &mut Machine, v: Value) -> Value {
+fn live<H: Host>(m: &mut H, v: Value) -> Value {
     let mut v = v;
     loop {
         v = match v {
-            Value::Tracked(t) if m.grad_handler(t.tag).is_none() => t.primal.clone(),
-            // Fast path: the list of running jvps; a continuation may also have reinstated
-            // a finished jvp's frame, so check the stack before declaring it dead.
-            Value::Dual(d) if !m.live_jvps.contains(&d.tag) && m.level_position(d.tag).is_none() => d.primal.clone(),
+            Value::Tracked(t) if m.handler(t.tag).is_none() => t.primal.clone(),
+            Value::Dual(d) if !m.level_is_live(d.tag) => d.primal.clone(),
             other => return other,
         }
     }
 }
 
-pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
+pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     let x = live(m, x);
     if !is_ad(&x) {
         return apply_un(m, op, x);
     }
     let tag = tag_of(&x);
     if tag == 0 {
-        return Err(Fault::new(format!("internal: `{op:?}` on {}", x.type_name())));
+        return Err(Fault::internal(format!("`{op:?}` on {}", x.type_name())));
     }
     let p = primal_at(&x, tag);
     let y = apply_un(m, op, p.clone())?;
@@ -315,11 +264,17 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
-            // `live` has just found this tag's handler: no need to look twice.
-            let dy = rules::un_deriv(op, m, &p, &y)?;
+            let tensor = is_tensor(&p);
+            // On a tensor the derivative is tensor work: left to the backward pass.
+            let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
-            let frame = AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None };
-            match m.grad_handler(tag) {
+            let frame = match dy {
+                Some(dy) => AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None },
+                None => {
+                    AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))
+                }
+            };
+            match m.handler(tag) {
                 Some(h) => h.frames.push(frame),
                 None => return Ok(out.primal.clone()),
             }
@@ -329,7 +284,7 @@ pub fn unary(m: &mut Machine, op: Un, x: Value) -> FResult<Value> {
     }
 }
 
-pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
+pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value> {
     let (a, b) = (live(m, a), live(m, b));
     if !is_ad(&a) && !is_ad(&b) {
         return m.prim2(p, a, b);
@@ -365,13 +320,39 @@ pub fn binary(m: &mut Machine, p: Prim, a: Value, b: Value) -> FResult<Value> {
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
+    // The partials of `/` and `**` on tensors are tensor work (those of `+ - *` are constants
+    // or the operands themselves): left to the backward pass.
+    if matches!(p, Prim::Div | Prim::Pow) && (is_tensor(&pa) || is_tensor(&pb)) {
+        let operand = |v: &Value, on: bool, primal: Value| match (on, v) {
+            (true, Value::Tracked(t)) => Operand::Tracked(t.clone()),
+            _ => Operand::Const(primal),
+        };
+        let op = Deferred::Bin(p, operand(&a, a_in, pa), operand(&b, b_in, pb));
+        let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
+        match m.handler(tag) {
+            Some(h) => h.frames.push(AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op }))),
+            None => return Ok(out.primal.clone()),
+        }
+        return Ok(Value::Tracked(out));
+    }
     let (da, db) = rules::partials(m, p, &pa, &pb, &y)?;
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
 }
 
+/// Whether a value is a tensor under its perturbations.
+fn is_tensor(v: &Value) -> bool {
+    matches!(strip(v), Value::Tensor(_))
+}
+
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
 /// scales its adjoint by each tracked operand's partial.
-fn record(m: &mut Machine, tag: u32, y: Value, a: (&Value, bool, Value), b: (&Value, bool, Value)) -> FResult<Value> {
+fn record<H: Host>(
+    m: &mut H,
+    tag: u32,
+    y: Value,
+    a: (&Value, bool, Value),
+    b: (&Value, bool, Value),
+) -> FResult<Value> {
     // `live` has just found this tag's handler (the operand tracked by it is live).
     let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
     let pick = |(v, on, d): (&Value, bool, Value)| match (on, v) {
@@ -379,14 +360,14 @@ fn record(m: &mut Machine, tag: u32, y: Value, a: (&Value, bool, Value), b: (&Va
         _ => None,
     };
     let frame = AdjFrame::Scale { out: out.clone(), a: pick(a), b: pick(b) };
-    match m.grad_handler(tag) {
+    match m.handler(tag) {
         Some(h) => h.frames.push(frame),
         None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
 }
 
-fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+fn add<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     match (a, b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x + y)),
         // Adjoints accumulate in place when this sum is the only owner of the tensor.
@@ -401,14 +382,14 @@ fn add(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
     }
 }
 
-fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     match (&a, &b) {
         (Value::Float(x), Value::Float(y)) => Ok(Value::Float(x * y)),
         _ => m.prim2(Prim::Mul, a, b),
     }
 }
 
-pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -> FResult<()> {
+pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value) -> FResult<()> {
     // A broadcast input receives the sum of its copies' adjoints, in its own kind (Float or
     // Tensor) and shape.
     if let (Value::Float(_), Value::Float(c)) = (&cell.primal, &contribution) {
@@ -446,7 +427,7 @@ pub(super) fn accumulate(m: &mut Machine, cell: &Tracked, contribution: Value) -
 
 /// The handler's work once `f` has returned `y`: seed, return through the adjoint frames,
 /// read the argument's adjoints.
-pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Value> {
+pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Value> {
     let tag = state.tag;
     match &y {
         Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
@@ -456,8 +437,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
     let mut outer = matmul::OuterSums::default();
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
-        if n.is_multiple_of(4096) && m.interrupt.load(Ordering::Relaxed) {
-            m.interrupt.store(false, Ordering::Relaxed);
+        if n.is_multiple_of(4096) && m.interrupted() {
             return Err(Fault::new("interrupted"));
         }
         match frame {
@@ -471,6 +451,27 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
                 if let Some((b, db)) = b {
                     let c = mul(m, g, db)?;
                     accumulate(m, &b, c)?;
+                }
+            }
+            AdjFrame::Deferred(frame) => {
+                let DeferredFrame { out, op } = *frame;
+                outer.flush(m, &out)?;
+                let Some(g) = out.adj.borrow_mut().take() else { continue };
+                match op {
+                    Deferred::Un(op, x) => {
+                        let dy = rules::un_deriv(op, m, &x.primal, &out.primal)?;
+                        let c = mul(m, g, dy)?;
+                        accumulate(m, &x, c)?;
+                    }
+                    Deferred::Bin(p, a, b) => {
+                        let (da, db) = rules::partials(m, p, &a.primal(), &b.primal(), &out.primal)?;
+                        for (operand, d) in [(a, da), (b, db)] {
+                            if let Operand::Tracked(cell) = operand {
+                                let c = mul(m, g.clone(), d)?;
+                                accumulate(m, &cell, c)?;
+                            }
+                        }
+                    }
                 }
             }
             AdjFrame::Op(frame) => {
@@ -498,7 +499,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
         }
     }
     outer.flush_all(m)?;
-    m.spare_adjoint_frames = std::mem::take(&mut state.frames);
+    m.recycle(std::mem::take(&mut state.frames));
     // Reading an input's adjoint also clears it, so a continuation that re-enters this
     // `grad` (multi-shot) starts its next backward pass from zero.
     let grads = map_leaves(state.input.clone(), &mut |leaf| {
@@ -515,8 +516,7 @@ pub fn backward(m: &mut Machine, mut state: GradState, y: Value) -> FResult<Valu
 }
 
 /// `jvp`'s result: (primal output, tangent output) at `tag`.
-pub fn jvp_finish(m: &mut Machine, tag: u32, y: Value) -> FResult<Value> {
-    m.live_jvps.retain(|&t| t != tag);
+pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {

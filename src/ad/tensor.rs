@@ -4,27 +4,29 @@
 //! machine's generic arithmetic, so they are differentiable themselves and higher-order
 //! derivatives through tensor code need nothing extra.
 
+use super::Host;
 use crate::ad;
 use crate::core::Prim;
-use crate::eval::machine::{FResult, Machine};
-use crate::eval::tensor::{forward, wrap};
-use crate::eval::value::Value;
+use crate::runtime::perturbed::{is_ad, strip};
+use crate::runtime::tensor::wrap;
+use crate::runtime::value::Value;
+use crate::runtime::FResult;
 use crate::tensor::{gpu, Device, TOp, Tensor, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
-pub fn call(m: &mut Machine, op: TOp, args: Vec<Value>) -> FResult<Value> {
-    if !args.iter().any(ad::is_ad) {
-        return forward(&op, &args);
+pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    if !args.iter().any(is_ad) {
+        return m.forward(&op, &args);
     }
     ad::tensor_op(m, op, args)
 }
 
-fn mul(m: &mut Machine, a: Value, b: Value) -> FResult<Value> {
+fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     m.prim2(Prim::Mul, a, b)
 }
 
 /// Sums over the last axis, keeping it (for the softmax rules).
-fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
+fn sum_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
     let mut shape = ad::shape_of(&v);
     let Some(last) = shape.len().checked_sub(1) else { return Ok(v) };
     let s = call(m, TOp::SumAxis(last), vec![v])?;
@@ -34,7 +36,7 @@ fn sum_last_keep(m: &mut Machine, v: Value) -> FResult<Value> {
 
 /// The device of a (possibly perturbed) tensor; the CPU for Floats.
 fn device_of(v: &Value) -> Device {
-    match ad::strip(v) {
+    match strip(v) {
         Value::Tensor(t) => t.device(),
         _ => Device::Cpu,
     }
@@ -43,7 +45,7 @@ fn device_of(v: &Value) -> Device {
 /// A Float adjoint `g` spread over the shape of `x`, on x's device (the adjoint of a
 /// reduction to a Float). `BroadcastTo` of a Float makes its tensor on the default device, so
 /// a tensor on the other device gets its spread made explicitly there.
-fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
+fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
     let s0 = ad::shape_of(x);
     let d = device_of(x);
     if matches!(g, Value::Tensor(_)) || d == gpu::default_device()? {
@@ -61,8 +63,8 @@ fn spread(m: &mut Machine, x: &Value, g: Value) -> FResult<Value> {
 /// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
 /// `needs[i]` says whether input i's contribution is wanted (it is tracked): rules with
 /// expensive per-input work (matrix products) skip the others.
-pub fn vjp(
-    m: &mut Machine,
+pub fn vjp<H: Host>(
+    m: &mut H,
     op: &TOp,
     xs: &[Value],
     y: &Value,
@@ -127,7 +129,7 @@ pub fn vjp(
             vec![Some(spread(m, &xs[0], gn)?)]
         }
         TOp::Max => {
-            let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+            let mask = call(m, TOp::ArgmaxMask, vec![strip(&xs[0])])?;
             vec![Some(mul(m, mask, g)?)]
         }
         TOp::Logsumexp => {
@@ -203,17 +205,17 @@ pub fn vjp(
             ]
         }
         // Pooling routes values by the (locally constant) argmax: linear in everything else.
-        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
-        TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), g])?)],
-        TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![ad::strip(&xs[0]), g])?)],
+        TOp::MaxPool2d(k) => vec![Some(call(m, TOp::MaxPool2dGrad(*k), vec![strip(&xs[0]), g])?)],
+        TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![strip(&xs[0]), g])?)],
+        TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![strip(&xs[0]), g])?)],
         TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
 }
 
 /// Forward rule: the output tangent, given input tangents (None = zero).
-pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Value>]) -> FResult<Value> {
-    let linear = |m: &mut Machine, ts: &[Option<Value>]| -> FResult<Value> {
+pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Value>]) -> FResult<Value> {
+    let linear = |m: &mut H, ts: &[Option<Value>]| -> FResult<Value> {
         match &ts[0] {
             Some(t) => call(m, op.clone(), vec![t.clone()]),
             None => Ok(Value::Float(0.0)),
@@ -247,7 +249,7 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
             match op {
                 TOp::Max => {
-                    let mask = call(m, TOp::ArgmaxMask, vec![ad::strip(&xs[0])])?;
+                    let mask = call(m, TOp::ArgmaxMask, vec![strip(&xs[0])])?;
                     let p = mul(m, mask, t.clone())?;
                     call(m, TOp::Sum, vec![p])
                 }
@@ -284,7 +286,7 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
         }
         TOp::MaxPool2d(k) => {
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
-            call(m, TOp::MaxPool2dPick(*k), vec![ad::strip(&xs[0]), t.clone()])
+            call(m, TOp::MaxPool2dPick(*k), vec![strip(&xs[0]), t.clone()])
         }
         TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
             // Bilinear in the two arguments it reads (IG ignores x, WG ignores w): sum the terms.
@@ -301,7 +303,7 @@ pub fn jvp(m: &mut Machine, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<Valu
             Ok(acc)
         }
         TOp::MaxPool2dGrad(_) | TOp::MaxPool2dPick(_) => match &ts[1] {
-            Some(t) => call(m, op.clone(), vec![ad::strip(&xs[0]), t.clone()]),
+            Some(t) => call(m, op.clone(), vec![strip(&xs[0]), t.clone()]),
             None => Ok(Value::Float(0.0)),
         },
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),

@@ -5,72 +5,21 @@
 //! continuation pushes them back (copying only when the continuation is shared, so multi-shot
 //! use stays correct). The Rust stack never grows with the dp program.
 
-use super::compile::{Function, Op};
-use super::value::{Closure, ConVal, Cont, Pap, RecordVal, Value};
-use crate::ad::{self, GradState};
+use crate::ad;
 use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
+use crate::runtime::code::{Function, Op};
+use crate::runtime::perturbed::{is_ad, strip, AdjFrame, GradState};
+use crate::runtime::stack::{Delim, Frame, Segment};
+use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
+use crate::runtime::{FResult, Fault};
 use crate::source::Span;
 use crate::tensor::{TOp, Un};
 use std::io::Write;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Frames of a segment's control stack.
-#[derive(Clone)]
-pub enum Frame {
-    /// A dp function waiting for a callee to return: where it resumes, and its `base` and
-    /// `floor` (see `Machine::exec`).
-    Dp { clo: Rc<Closure>, pc: u32, base: u32, floor: u32 },
-    /// Over-application: apply the returned function to these arguments.
-    ApplyRest(Box<(Vec<Value>, Span)>),
-    /// `jvp`: split the returned value into primal and tangent of this tag.
-    JvpFinish { tag: u32 },
-}
-
-#[derive(Clone)]
-pub enum Delim {
-    /// The bottom of a `Machine::run`.
-    Base,
-    Reset,
-    /// Where the function differentiated by `grad` runs; AD primitives of this tag shift here.
-    GradPrompt(u32),
-    /// Just below a prompt: the handler's state, including the adjoint frames it collects.
-    GradHandler(Box<GradState>),
-}
-
-#[derive(Clone)]
-pub struct Segment {
-    pub stack: Vec<Value>,
-    pub frames: Vec<Frame>,
-    pub delim: Delim,
-}
-
-/// A run-time fault before it is located.
-pub struct Fault {
-    pub msg: String,
-    pub help: Option<String>,
-}
-
-impl Fault {
-    pub fn new(msg: impl Into<String>) -> Fault {
-        Fault { msg: msg.into(), help: None }
-    }
-    pub fn help(mut self, h: impl Into<String>) -> Fault {
-        self.help = Some(h.into());
-        self
-    }
-}
-
-impl From<String> for Fault {
-    fn from(s: String) -> Fault {
-        Fault::new(s)
-    }
-}
-
-pub type FResult<T> = Result<T, Fault>;
 
 /// What the machine does next.
 enum Action {
@@ -116,12 +65,10 @@ pub struct Machine {
     pub args: Vec<String>,
     pub out: Box<dyn Write>,
     pub exit_code: Option<i32>,
-    /// The progress bar of a running training loop (see `eval::report`).
-    pub progress: Option<super::report::Progress>,
-    /// Tags of the `jvp`s still running (a dual number of any other tag has escaped).
-    pub live_jvps: Vec<u32>,
+    /// Where the progress builtins report; the session chooses it (the machine draws nothing).
+    pub reporter: Box<dyn super::builtins::progress::Reporter>,
     /// The emptied adjoint-frame vector of the last finished `grad`, kept for its capacity.
-    pub spare_adjoint_frames: Vec<crate::ad::AdjFrame>,
+    pub spare_adjoint_frames: Vec<AdjFrame>,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -150,8 +97,7 @@ impl Machine {
             args: Vec::new(),
             out: Box::new(std::io::stdout()),
             exit_code: None,
-            progress: None,
-            live_jvps: Vec::new(),
+            reporter: Box::new(super::builtins::progress::Silent),
             spare_adjoint_frames: Vec::new(),
         }
     }
@@ -187,7 +133,8 @@ impl Machine {
 
     fn locate(&self, fault: Fault, clo: &Rc<Closure>, pc: usize) -> Diagnostic {
         let span = clo.func.spans.get(pc.saturating_sub(1)).copied().unwrap_or(clo.func.span);
-        let mut d = Diagnostic::error(Phase::Runtime, fault.msg).label(span, "raised here");
+        let phase = if fault.is_internal() { Phase::Internal } else { Phase::Runtime };
+        let mut d = Diagnostic::error(phase, fault.message()).label(span, "raised here");
         if let Some(h) = fault.help {
             d = d.help(h);
         }
@@ -320,10 +267,10 @@ impl Machine {
                     Some(&[Value::Int(x), Value::Int(y)]) => {
                         self.cut(n - 1);
                         if let Some(top) = self.stack.last_mut() {
-                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                            value::discard(std::mem::replace(top, $f(x, y)));
                         }
                     }
-                    _ => fault!(Fault::new("internal: integer operation on non-integers")),
+                    _ => fault!(Fault::internal("integer operation on non-integers")),
                 }
             }};
         }
@@ -334,7 +281,7 @@ impl Machine {
                     Some(&[Value::Float(x), Value::Float(y)]) => {
                         self.cut(n - 1);
                         if let Some(top) = self.stack.last_mut() {
-                            super::value::discard(std::mem::replace(top, $f(x, y)));
+                            value::discard(std::mem::replace(top, $f(x, y)));
                         }
                     }
                     _ => {
@@ -430,7 +377,7 @@ impl Machine {
                     let top = base + clo.func.nlocals as usize;
                     self.cut(top);
                     for v in &mut self.stack[base + n..] {
-                        super::value::discard(std::mem::take(v));
+                        value::discard(std::mem::take(v));
                     }
                     self.grow_locals(top);
                     pc = 0;
@@ -500,7 +447,7 @@ impl Machine {
                     let slot = base + s as usize;
                     let v = std::mem::take(&mut self.stack[slot]);
                     let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
-                    super::value::discard(std::mem::replace(&mut self.stack[slot], v));
+                    value::discard(std::mem::replace(&mut self.stack[slot], v));
                     if !ok {
                         pc = t as usize;
                     }
@@ -518,7 +465,7 @@ impl Machine {
                                 pc = t as usize;
                             }
                         }
-                        _ => fault!(Fault::new("internal: integer comparison on non-integers")),
+                        _ => fault!(Fault::internal("integer comparison on non-integers")),
                     }
                 }
                 Op::IntBranchK(cmp, k, t) => match self.pop() {
@@ -527,7 +474,7 @@ impl Machine {
                             pc = t as usize;
                         }
                     }
-                    _ => fault!(Fault::new("internal: integer comparison on a non-integer")),
+                    _ => fault!(Fault::internal("integer comparison on a non-integer")),
                 },
                 Op::Math(un) => match self.stack.last_mut() {
                     Some(Value::Float(x)) => *x = un.eval(*x),
@@ -542,15 +489,15 @@ impl Machine {
                         let Value::Int(n) = *top else { unreachable!() };
                         *top = Value::Float(n as f64);
                     }
-                    _ => fault!(Fault::new("internal: `float` of a non-integer")),
+                    _ => fault!(Fault::internal("`float` of a non-integer")),
                 },
                 Op::AddIntK(k) => match self.stack.last_mut() {
                     Some(Value::Int(x)) => *x = x.wrapping_add(k as i64),
-                    _ => fault!(Fault::new("internal: integer addition on a non-integer")),
+                    _ => fault!(Fault::internal("integer addition on a non-integer")),
                 },
                 Op::LocalAddK(s, k) => match self.stack[base + s as usize] {
                     Value::Int(x) => push_fresh(&mut self.stack, || Value::Int(x.wrapping_add(k as i64))),
-                    _ => fault!(Fault::new("internal: integer addition on a non-integer")),
+                    _ => fault!(Fault::internal("integer addition on a non-integer")),
                 },
                 Op::LocalBranchK(s, cmp, k, t) => match self.stack[base + s as usize] {
                     Value::Int(x) => {
@@ -558,11 +505,11 @@ impl Machine {
                             pc = t as usize;
                         }
                     }
-                    _ => fault!(Fault::new("internal: integer comparison on a non-integer")),
+                    _ => fault!(Fault::internal("integer comparison on a non-integer")),
                 },
                 Op::IntLocals(iop, a, b) => match (&self.stack[base + a as usize], &self.stack[base + b as usize]) {
                     (&Value::Int(x), &Value::Int(y)) => push_fresh(&mut self.stack, || Value::Int(iop.apply(x, y))),
-                    _ => fault!(Fault::new("internal: integer operation on non-integers")),
+                    _ => fault!(Fault::internal("integer operation on non-integers")),
                 },
                 Op::AddInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_add(y))),
                 Op::SubInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
@@ -613,13 +560,13 @@ impl Machine {
                             }
                             None => fault!(Fault::new(format!("record has no field `{name}`"))),
                         },
-                        other => fault!(Fault::new(format!("internal: field access on {}", other.type_name()))),
+                        other => fault!(Fault::internal(format!("field access on {}", other.type_name()))),
                     }
                 }
                 Op::Update(ni, n) => {
                     let vals: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let base_rec = self.pop();
-                    let Value::Record(rec) = base_rec else { fault!(Fault::new("internal: update of a non-record")) };
+                    let Value::Record(rec) = base_rec else { fault!(Fault::internal("update of a non-record")) };
                     let mut values = rec.values.clone();
                     for (name, v) in clo.func.names[ni as usize].iter().zip(vals) {
                         match rec.names.iter().position(|x| x == name) {
@@ -651,7 +598,6 @@ impl Machine {
                         let (args, span) = *rest;
                         Action::Apply(v, args, span)
                     }
-                    Some(Frame::JvpFinish { tag }) => Action::Return(ad::jvp_finish(self, tag, v)?),
                     None => match self.pop_segment(v)? {
                         Some(a) => a,
                         None => return Ok(Next::Done(self.stack.pop().unwrap_or_default())),
@@ -726,9 +672,7 @@ impl Machine {
                         }
                         Action::Return(v)
                     }
-                    other => {
-                        return Err(Fault::new(format!("internal: applying a {} as a function", other.type_name())))
-                    }
+                    other => return Err(Fault::internal(format!("applying a {} as a function", other.type_name()))),
                 },
             };
         }
@@ -770,13 +714,17 @@ impl Machine {
                 self.restore_below();
                 // Now the handler segment is running: the backward pass is its work.
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
-                    return Err(Fault::new("internal: grad prompt without its handler"));
+                    return Err(Fault::internal("grad prompt without its handler"));
                 };
                 let result = ad::backward(self, *state, v)?;
                 self.restore_below();
                 Ok(Some(Action::Return(result)))
             }
-            Delim::GradHandler(_) => Err(Fault::new("internal: returned into a grad handler")),
+            Delim::GradHandler(_) => Err(Fault::internal("returned into a grad handler")),
+            &Delim::Jvp(tag) => {
+                self.restore_below();
+                Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
+            }
         }
     }
 
@@ -812,7 +760,7 @@ impl Machine {
             Control::Grad { f, x, with_value } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let wrapped = ad::wrap(self, &x, tag)?;
+                let wrapped = ad::wrap(&x, tag)?;
                 let frames = std::mem::take(&mut self.spare_adjoint_frames);
                 self.push_segment(Delim::GradHandler(Box::new(GradState::new(
                     tag,
@@ -826,9 +774,8 @@ impl Machine {
             Control::Jvp { f, x, v } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let dual = ad::dual(self, &x, &v, tag)?;
-                self.live_jvps.push(tag);
-                self.frames.push(Frame::JvpFinish { tag });
+                let dual = ad::dual(&x, &v, tag)?;
+                self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
             Control::Exit(code) => {
@@ -839,20 +786,26 @@ impl Machine {
         self.resume(action)
     }
 
-    /// Where a running `grad` or `jvp` of this tag sits on the stack (segment, frame): higher
-    /// positions are nested inside lower ones.
-    pub fn level_position(&self, tag: u32) -> Option<(usize, usize)> {
-        let seg_frames = |i: usize| if i == self.segs.len() { &self.frames } else { &self.segs[i].frames };
-        for i in (0..=self.segs.len()).rev() {
-            let delim = if i == self.segs.len() { &self.delim } else { &self.segs[i].delim };
-            if matches!(delim, Delim::GradPrompt(t) if *t == tag) {
-                return Some((i, 0));
-            }
-            if let Some(f) = seg_frames(i).iter().rposition(|f| matches!(f, Frame::JvpFinish { tag: t } if *t == tag)) {
-                return Some((i, f + 1));
-            }
-        }
-        None
+    /// The delimiters of the segments, innermost (the running one) first.
+    fn delims(&self) -> impl Iterator<Item = &Delim> {
+        std::iter::once(&self.delim).chain(self.segs.iter().rev().map(|s| &s.delim))
+    }
+
+    /// Whether the `grad` or `jvp` of `tag` is running: its delimiter is on the stack. A
+    /// value perturbed by a level that is not running has escaped it.
+    pub fn level_is_live(&self, tag: u32) -> bool {
+        self.delims().any(|d| matches!(d, Delim::GradPrompt(t) | Delim::Jvp(t) if *t == tag))
+    }
+
+    /// Of two running levels, the one nested inside the other: its delimiter is the higher
+    /// of the two on the stack. One look at each segment's delimiter, never at frames, so
+    /// this costs O(segments) however deep the differentiated recursion is. `None` when
+    /// neither is running.
+    pub fn inner_level(&self, a: u32, b: u32) -> Option<u32> {
+        self.delims().find_map(|d| match d {
+            Delim::GradPrompt(t) | Delim::Jvp(t) if *t == a || *t == b => Some(*t),
+            _ => None,
+        })
     }
 
     /// The handler segment collecting adjoints for `tag`, if that `grad` is still running.
@@ -879,7 +832,7 @@ impl Machine {
             (Prim::Neg, _) => ad::apply_un(self, Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
-            _ => Err(Fault::new(format!("internal: `{p:?}` on {}", a.type_name()))),
+            _ => Err(Fault::internal(format!("`{p:?}` on {}", a.type_name()))),
         }
     }
 
@@ -905,12 +858,12 @@ impl Machine {
             (Prim::Mul, Float(x), Float(y)) => Float(x * y),
             (Prim::Div, Float(x), Float(y)) => Float(x / y),
             (Prim::Pow, Float(x), Float(y)) => Float(x.powf(*y)),
-            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if ad::is_ad(&a) || ad::is_ad(&b) => {
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if is_ad(&a) || is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
-                return super::tensor::elementwise(p, a, b)
+                return crate::runtime::tensor::elementwise(p, a, b)
             }
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
@@ -938,7 +891,7 @@ impl Machine {
                 *r.borrow_mut() = b;
                 Unit
             }
-            _ => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
+            _ => return Err(Fault::internal(format!("`{p:?}` on {} and {}", a.type_name(), b.type_name()))),
         })
     }
 
@@ -962,7 +915,7 @@ impl Machine {
             }
             B::Exit => match arg() {
                 Value::Int(n) => return Ok(BuiltinOut::Control(Control::Exit(n as i32))),
-                _ => return Err(Fault::new("internal: exit")),
+                _ => return Err(Fault::internal("exit")),
             },
             B::StopGradient => ad::strip_deep(&arg()),
             B::Sin => self.math(Un::Sin, arg())?,
@@ -978,48 +931,7 @@ impl Machine {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
                 x => self.math(Un::Abs, x)?,
             },
-            B::TensorOf
-            | B::Zeros
-            | B::Ones
-            | B::Full
-            | B::Arange
-            | B::Randn
-            | B::Uniform
-            | B::LoadNpy
-            | B::SaveNpy
-            | B::Shape
-            | B::Reshape
-            | B::Transpose
-            | B::Concat
-            | B::Slice
-            | B::Row
-            | B::Onehot
-            | B::Sum
-            | B::Mean
-            | B::Max
-            | B::SumAxis
-            | B::MeanAxis
-            | B::Argmax
-            | B::Softmax
-            | B::LogSoftmax
-            | B::Logsumexp
-            | B::Item
-            | B::ToList
-            | B::ToDevice
-            | B::Conv2d
-            | B::MaxPool2d => super::builtins::tensor::call(self, b, &mut arg)?,
-            B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => super::report::call(self, b, &mut arg)?,
-            B::TreeAdd
-            | B::TreeSub
-            | B::TreeMul
-            | B::TreeDiv
-            | B::TreeScale
-            | B::TreeAddScalar
-            | B::TreeSqrt
-            | B::TreeClip
-            | B::TreeZeros
-            | B::TreeSumSquares => super::builtins::tree::call(self, b, &mut arg)?,
-            other => super::prims::pure(self, other, &mut arg)?,
+            other => super::builtins::call(self, other, &mut arg)?,
         };
         Ok(BuiltinOut::Value(v))
     }
@@ -1058,7 +970,7 @@ fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bo
             (Const::Int(a), Value::Int(b)) => a == b,
             (Const::Float(a), Value::Float(b)) => a == b,
             (Const::Float(a), Value::Tracked(_) | Value::Dual(_)) => {
-                matches!(ad::strip(v), Value::Float(b) if *a == b)
+                matches!(strip(v), Value::Float(b) if *a == b)
             }
             (Const::Str(a), Value::Str(b)) => **a == ***b,
             _ => false,
@@ -1130,7 +1042,7 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                     work.push((pv, qv));
                 }
             }
-            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((ad::strip(&x), ad::strip(&y))),
+            (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((strip(&x), strip(&y))),
             (Tensor(p), Tensor(q)) => {
                 if p.shape() != q.shape() || p.array() != q.array() {
                     return Ok(false);
@@ -1151,7 +1063,7 @@ pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
         (Int(x), Int(y)) => x.cmp(y),
         (Float(x), Float(y)) => x.partial_cmp(y).unwrap_or(std::cmp::Ordering::Greater),
         (Str(x), Str(y)) => x.cmp(y),
-        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&ad::strip(a), &ad::strip(b)),
-        _ => return Err(Fault::new(format!("internal: ordering {} and {}", a.type_name(), b.type_name()))),
+        (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => return compare(&strip(a), &strip(b)),
+        _ => return Err(Fault::internal(format!("ordering {} and {}", a.type_name(), b.type_name()))),
     })
 }

@@ -1,9 +1,7 @@
-//! The evaluator: bytecode compiler, abstract machine with native shift/reset, values.
+//! The evaluator: the bytecode compiler, the abstract machine with native shift/reset (the
+//! host of differentiation), and the builtins.
 
 pub mod builtins;
 pub mod compile;
+pub mod host;
 pub mod machine;
-pub mod prims;
-pub mod report;
-pub mod tensor;
-pub mod value;

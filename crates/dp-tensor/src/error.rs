@@ -1,6 +1,8 @@
 //! The tensor library's one error type. It is a message (already phrased for the user, since
 //! most tensor errors are shape or device mistakes in the program) and an optional hint; the
-//! interpreter turns it into its own run-time fault, which adds the dp call stack.
+//! interpreter turns it into its own run-time fault, which adds the dp call stack. An error
+//! that only a bug can cause (a kernel given operands that the op table's shape rule should
+//! have refused) is marked `internal`, so that it is reported as dp's bug, not the program's.
 
 use std::fmt;
 
@@ -8,11 +10,17 @@ use std::fmt;
 pub struct TensorError {
     pub msg: String,
     pub help: Option<String>,
+    /// A broken invariant of the library rather than a mistake of its caller.
+    pub internal: bool,
 }
 
 impl TensorError {
     pub fn new(msg: impl Into<String>) -> TensorError {
-        TensorError { msg: msg.into(), help: None }
+        TensorError { msg: msg.into(), help: None, internal: false }
+    }
+    /// A broken invariant: `msg` says which.
+    pub fn internal(msg: impl Into<String>) -> TensorError {
+        TensorError { msg: msg.into(), help: None, internal: true }
     }
     pub fn help(mut self, h: impl Into<String>) -> TensorError {
         self.help = Some(h.into());

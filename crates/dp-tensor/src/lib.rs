@@ -201,7 +201,7 @@ impl Tensor {
         match &mut self.storage {
             Storage::Cpu(a) => *a += other.array(),
             Storage::Gpu(g) => {
-                let src = other.gpu().ok_or("internal: device mismatch")?;
+                let src = other.gpu().ok_or_else(|| TensorError::internal("device mismatch"))?;
                 match g.unique_mut() {
                     Some(dst) => gpu::kernels::accumulate(dst, src)?,
                     None => *g = gpu::kernels::binary(Bin::Add, g, src)?,

@@ -182,7 +182,7 @@ impl TOp {
             operands
                 .first()
                 .map(|s| s.dims())
-                .ok_or_else(|| TensorError::new(format!("internal: {} without operands", self.name())))
+                .ok_or_else(|| TensorError::internal(format!("{} without operands", self.name())))
         };
         let need_nonempty = |what: &str| -> TResult<()> {
             if s0()?.iter().product::<usize>() == 0 {
@@ -245,8 +245,8 @@ impl TOp {
             TOp::ScatterRow(i, shape) => {
                 let g = s0()?;
                 if shape.is_empty() || *i >= shape[0] || g[..] != shape[1..] {
-                    return Err(TensorError::new(format!(
-                        "internal: scattering a row of shape {} into row {i} of {}",
+                    return Err(TensorError::internal(format!(
+                        "scattering a row of shape {} into row {i} of {}",
                         fmt_shape(g),
                         fmt_shape(shape)
                     )));

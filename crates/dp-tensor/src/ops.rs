@@ -59,7 +59,7 @@ pub trait Backend: Sized {
 /// `SumTo` and `BroadcastTo` into tensors first). Operands on two devices are an error.
 pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
     if let TOp::ToDevice(d) = op {
-        let t = args.first().ok_or("internal: `to_device` without an operand")?;
+        let t = args.first().ok_or_else(|| TensorError::internal("`to_device` without an operand"))?;
         return Ok(Out::Tensor(t.to_device(*d)?));
     }
     let gpu = args.iter().any(|t| t.is_gpu());
@@ -87,7 +87,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
     let arg = |i: usize| -> TResult<&B> {
         args.get(i)
             .and_then(|t| B::of(t))
-            .ok_or_else(|| TensorError::new(format!("internal: {} expects a tensor operand {i}", op.name())))
+            .ok_or_else(|| TensorError::internal(format!("{} expects a tensor operand {i}", op.name())))
     };
     let x = arg(0)?;
     let n = || x.shape().iter().product::<usize>();
@@ -122,7 +122,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
-        TOp::ToDevice(_) => Err(TensorError::new("internal: `to_device` is not a backend operation")),
+        TOp::ToDevice(_) => Err(TensorError::internal("`to_device` is not a backend operation")),
     }
 }
 

@@ -1,5 +1,82 @@
-//! The machine's builtins that work on tensors: the tensor builtins of LANGUAGE.md "Tensors"
-//! (`tensor`) and arithmetic over whole parameter structures (`tree`).
+//! The language's builtins that are functions of their arguments (no transfer of control; the
+//! machine itself does `reset`, `shift`, `grad`, `jvp` and `exit`), one module per idea:
+//! `io` (output, files, arguments), `strings`, `numbers` (and reference cells), `tensor` (the
+//! tensor builtins of LANGUAGE.md "Tensors"), `tree` (arithmetic over parameter structures) and
+//! `progress` (training-loop reports and plots).
 
+pub mod io;
+pub mod numbers;
+pub mod progress;
+pub mod strings;
 pub mod tensor;
 pub mod tree;
+
+use crate::builtins::B;
+use crate::eval::machine::Machine;
+use crate::runtime::value::Value;
+use crate::runtime::{FResult, Fault};
+
+/// Runs builtin `b`, taking its arguments in order from `arg`.
+pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
+    match b {
+        B::Print | B::Println | B::Printf | B::ReadFile | B::ReadLines | B::WriteFile | B::Args | B::Error => {
+            io::call(m, b, arg)
+        }
+        B::Show
+        | B::Sprintf
+        | B::StringOfInt
+        | B::StringOfFloat
+        | B::IntOfString
+        | B::FloatOfString
+        | B::StringLength
+        | B::Substring
+        | B::Chars
+        | B::ConcatStrings
+        | B::Split => strings::call(b, arg),
+        B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => progress::call(m, b, arg),
+        B::TreeAdd
+        | B::TreeSub
+        | B::TreeMul
+        | B::TreeDiv
+        | B::TreeScale
+        | B::TreeAddScalar
+        | B::TreeSqrt
+        | B::TreeClip
+        | B::TreeZeros
+        | B::TreeSumSquares => tree::call(m, b, arg),
+        B::Float | B::Int | B::Floor | B::Ceil | B::Pi | B::Infinity | B::Nan | B::IsNan | B::Ref => {
+            numbers::call(b, arg)
+        }
+        B::TensorOf
+        | B::Zeros
+        | B::Ones
+        | B::Full
+        | B::Arange
+        | B::Randn
+        | B::Uniform
+        | B::LoadNpy
+        | B::SaveNpy
+        | B::Shape
+        | B::Reshape
+        | B::Transpose
+        | B::Concat
+        | B::Slice
+        | B::Row
+        | B::Onehot
+        | B::Sum
+        | B::Mean
+        | B::Max
+        | B::SumAxis
+        | B::MeanAxis
+        | B::Argmax
+        | B::Softmax
+        | B::LogSoftmax
+        | B::Logsumexp
+        | B::Item
+        | B::ToList
+        | B::ToDevice
+        | B::Conv2d
+        | B::MaxPool2d => tensor::call(m, b, arg),
+        other => Err(Fault::internal(format!("{other:?} is not a builtin of this table"))),
+    }
+}

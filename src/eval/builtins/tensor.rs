@@ -3,11 +3,12 @@
 
 use crate::ad;
 use crate::builtins::B;
-use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::tensor::wrap;
-use crate::eval::value::Value;
+use crate::eval::machine::Machine;
+use crate::runtime::perturbed::strip;
+use crate::runtime::tensor::wrap;
+use crate::runtime::value::Value;
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{fmt_shape, gpu, npy, Device, Rng, TOp, Tensor};
-use std::rc::Rc;
 
 /// A new tensor, on the default device (`--device`).
 fn new(t: Tensor) -> FResult<Value> {
@@ -19,15 +20,8 @@ fn new_full(shape: &[usize], v: f32) -> FResult<Value> {
     Ok(wrap(Tensor::full_on(gpu::default_device()?, shape, v)?))
 }
 
-fn int(v: &Value) -> FResult<i64> {
-    match v {
-        Value::Int(n) => Ok(*n),
-        other => Err(Fault::new(format!("internal: expected an Int, got {}", other.type_name()))),
-    }
-}
-
 fn index(v: &Value, what: &str) -> FResult<usize> {
-    let n = int(v)?;
+    let n = v.as_int()?;
     usize::try_from(n).map_err(|_| Fault::new(format!("{what} must not be negative (got {n})")))
 }
 
@@ -37,27 +31,6 @@ fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
     match n {
         Some(n) if n <= 1 << 31 => Ok(dims),
         _ => Err(Fault::new(format!("shape {} is too large", fmt_shape(&dims)))),
-    }
-}
-
-fn float(v: &Value) -> FResult<f64> {
-    match ad::strip(v) {
-        Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
-    }
-}
-
-fn string(v: &Value) -> FResult<String> {
-    match v {
-        Value::Str(s) => Ok(s.to_string()),
-        other => Err(Fault::new(format!("internal: expected a String, got {}", other.type_name()))),
-    }
-}
-
-fn plain_tensor(v: &Value) -> FResult<Rc<Tensor>> {
-    match ad::strip(v) {
-        Value::Tensor(t) => Ok(t),
-        other => Err(Fault::new(format!("internal: expected a Tensor, got {}", other.type_name()))),
     }
 }
 
@@ -77,7 +50,7 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
     let mut data = Vec::new();
     fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<f32>) -> FResult<()> {
         if depth == shape.len() {
-            return match ad::strip(v) {
+            return match strip(v) {
                 Value::Float(x) => {
                     data.push(x as f32);
                     Ok(())
@@ -105,36 +78,36 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Ones => new_full(&shape_arg(&arg())?, 1.0)?,
         B::Full => {
             let s = shape_arg(&arg())?;
-            new_full(&s, float(&arg())? as f32)?
+            new_full(&s, arg().as_float()? as f32)?
         }
         B::Arange => {
             let n = index(&arg(), "arange's length")?;
             new(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)?
         }
         B::Randn => {
-            let seed = int(&arg())?;
+            let seed = arg().as_int()?;
             let s = shape_arg(&arg())?;
             let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
             new(Tensor::from_vec(&s, (0..n).map(|_| rng.normal() as f32).collect())?)?
         }
         B::Uniform => {
-            let seed = int(&arg())?;
-            let (lo, hi) = (float(&arg())?, float(&arg())?);
+            let seed = arg().as_int()?;
+            let (lo, hi) = (arg().as_float()?, arg().as_float()?);
             let s = shape_arg(&arg())?;
             let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
             new(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)?
         }
-        B::LoadNpy => new(npy::load(&string(&arg())?)?)?,
+        B::LoadNpy => new(npy::load(&arg().as_str()?)?)?,
         B::SaveNpy => {
-            let path = string(&arg())?;
-            let t = plain_tensor(&arg())?;
+            let path = arg().as_str()?;
+            let t = arg().as_tensor()?;
             npy::save(&path, &t)?;
             Value::Unit
         }
         B::Shape => {
-            let t = plain_tensor(&arg())?;
+            let t = arg().as_tensor()?;
             Value::list(t.shape().iter().map(|&d| Value::Int(d as i64)).collect::<Vec<_>>().into_iter())
         }
         B::Reshape => {
@@ -192,7 +165,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             ad::tensor::call(m, TOp::MaxPool2d(k), vec![arg()])?
         }
         B::Argmax => {
-            let t = plain_tensor(&arg())?;
+            let t = arg().as_tensor()?;
             match t.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
@@ -203,11 +176,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Logsumexp => ad::tensor::call(m, TOp::Logsumexp, vec![arg()])?,
         B::Item => ad::tensor::call(m, TOp::Item, vec![arg()])?,
         B::ToList => {
-            let t = plain_tensor(&arg())?;
+            let t = arg().as_tensor()?;
             Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
         }
         B::ToDevice => {
-            let dev = string(&arg())?;
+            let dev = arg().as_str()?;
             let t = arg();
             let d = match dev.as_str() {
                 "cpu" => Device::Cpu,
@@ -219,6 +192,6 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             };
             ad::tensor::call(m, TOp::ToDevice(d), vec![t])?
         }
-        other => return Err(Fault::new(format!("internal: {other:?} is not a tensor builtin"))),
+        other => return Err(Fault::internal(format!("{other:?} is not a tensor builtin"))),
     })
 }

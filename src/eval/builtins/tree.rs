@@ -5,23 +5,18 @@
 use crate::ad::{self, map_leaves, zip_leaves};
 use crate::builtins::B;
 use crate::core::Prim;
-use crate::eval::machine::{FResult, Fault, Machine};
-use crate::eval::value::Value;
+use crate::eval::machine::Machine;
+use crate::runtime::perturbed::strip;
+use crate::runtime::value::Value;
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Un};
-
-fn float(v: &Value) -> FResult<f64> {
-    match ad::strip(v) {
-        Value::Float(x) => Ok(x),
-        other => Err(Fault::new(format!("internal: expected a Float, got {}", other.type_name()))),
-    }
-}
 
 fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
     ad::apply_un(m, Un::Sqrt, v)
 }
 
 fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
-    Ok(match ad::strip(v) {
+    Ok(match strip(v) {
         Value::Float(x) => Value::Float(x.clamp(lo, hi)),
         Value::Tensor(t) => Value::Tensor(std::rc::Rc::new(t.clamp(lo as f32, hi as f32)?)),
         other => other,
@@ -46,7 +41,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::TreeSqrt => map_leaves(arg(), &mut |x| sqrt(m, x))?,
         B::TreeClip => {
-            let (lo, hi) = (float(&arg())?, float(&arg())?);
+            let (lo, hi) = (arg().as_float()?, arg().as_float()?);
             map_leaves(arg(), &mut |x| clip(&x, lo, hi))?
         }
         B::TreeZeros => map_leaves(arg(), &mut |x| Ok(ad::zero_like(&x)))?,
@@ -54,16 +49,13 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut total = Value::Float(0.0);
             map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
-                let s = if matches!(ad::strip(&sq), Value::Tensor(_)) {
-                    ad::tensor::call(m, TOp::Sum, vec![sq])?
-                } else {
-                    sq
-                };
+                let s =
+                    if matches!(strip(&sq), Value::Tensor(_)) { ad::tensor::call(m, TOp::Sum, vec![sq])? } else { sq };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
                 Ok(x)
             })?;
             total
         }
-        other => return Err(Fault::new(format!("internal: {other:?} is not a tree builtin"))),
+        other => return Err(Fault::internal(format!("{other:?} is not a tree builtin"))),
     })
 }

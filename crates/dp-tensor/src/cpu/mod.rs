@@ -177,8 +177,8 @@ pub fn product_into(
     }
     let out_shape = out.shape().to_vec();
     let bad = || {
-        crate::TensorError::new(format!(
-            "internal: product of shapes {} and {} into {}",
+        crate::TensorError::internal(format!(
+            "product of shapes {} and {} into {}",
             fmt_shape(x.shape()),
             fmt_shape(y.shape()),
             fmt_shape(&out_shape)

@@ -6,7 +6,7 @@
 
 use super::{context, Gpu, GpuTensor};
 use crate::op::{Bin, Un};
-use crate::{broadcast_shape, fmt_shape, TResult};
+use crate::{broadcast_shape, fmt_shape, TResult, TensorError};
 
 const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
 const UNARY: (&str, &str) = ("unary.wgsl", include_str!("shaders/unary.wgsl"));
@@ -234,7 +234,7 @@ pub fn matmul(a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
         (2, 1) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], 1, vec![sa[0]]),
         (1, 2) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], sb[1], vec![sb[1]]),
         (1, 1) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], 1, vec![]),
-        _ => Err(format!("internal: a GPU product of shapes {} and {}", fmt_shape(sa), fmt_shape(sb)).into()),
+        _ => Err(TensorError::internal(format!("a GPU product of shapes {} and {}", fmt_shape(sa), fmt_shape(sb)))),
     }
 }
 

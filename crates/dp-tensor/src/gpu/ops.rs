@@ -6,7 +6,7 @@ use super::kernels::{self as k, Fold, UnOp};
 use super::GpuTensor;
 use crate::op::{Bin, Un};
 use crate::ops::Backend;
-use crate::{TResult, Tensor};
+use crate::{TResult, Tensor, TensorError};
 
 impl Backend for GpuTensor {
     fn of(t: &Tensor) -> Option<&Self> {
@@ -64,7 +64,7 @@ impl Backend for GpuTensor {
         k::softmax(self, log)
     }
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
-        let mut shape = parts.first().ok_or("internal: concat of nothing")?.shape.clone();
+        let mut shape = parts.first().ok_or_else(|| TensorError::internal("concat of nothing"))?.shape.clone();
         shape[axis] = parts.iter().map(|t| t.shape[axis]).sum();
         k::concat(parts, axis, &shape)
     }

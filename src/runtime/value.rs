@@ -2,8 +2,10 @@
 //! long lists and deep variant trees are dropped iteratively so no drop recursion can
 //! overflow the Rust stack.
 
-use super::compile::Function;
-use super::machine::Segment;
+use super::code::Function;
+use super::fault::{FResult, Fault};
+use super::perturbed::{strip, Dual, Tracked};
+use super::stack::Segment;
 use std::cell::RefCell;
 use std::fmt::Write;
 use std::rc::Rc;
@@ -27,9 +29,9 @@ pub enum Value {
     Pap(Rc<Pap>),
     Cont(Rc<Cont>),
     /// A value tracked by a reverse-mode `grad` (see `ad`).
-    Tracked(Rc<crate::ad::Tracked>),
+    Tracked(Rc<Tracked>),
     /// A forward-mode dual number of a `jvp`.
-    Dual(Rc<crate::ad::Dual>),
+    Dual(Rc<Dual>),
     Tensor(Rc<crate::tensor::Tensor>),
 }
 
@@ -259,26 +261,8 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
                 let _ = write!(out, "{:?}", s.as_str());
             }
         }
-        Value::Tuple(vs) => {
-            out.push('(');
-            for (i, x) in vs.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                show_into(x, false, out, depth + 1);
-            }
-            out.push(')');
-        }
-        Value::Nil | Value::Cons(_) => {
-            out.push('[');
-            for (i, x) in v.iter_list().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                show_into(x, false, out, depth + 1);
-            }
-            out.push(']');
-        }
+        Value::Tuple(vs) => show_seq(('(', ')'), vs.iter(), out, depth),
+        Value::Nil | Value::Cons(_) => show_seq(('[', ']'), v.iter_list(), out, depth),
         Value::Record(r) => {
             out.push_str("{ ");
             for (i, (n, x)) in r.names.iter().zip(&r.values).enumerate() {
@@ -306,14 +290,14 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
         }
         Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) => out.push_str("<fun>"),
         Value::Cont(_) => out.push_str("<continuation>"),
-        Value::Tracked(_) | Value::Dual(_) => show_into(&crate::ad::strip(v), top, out, depth),
+        Value::Tracked(_) | Value::Dual(_) => show_into(&strip(v), top, out, depth),
         Value::Tensor(t) => show_tensor(t, out),
     }
 }
 
 /// An argument of a constructor or `ref`: parenthesised unless it prints as one token.
 fn show_arg(v: &Value, out: &mut String, depth: usize) {
-    let v = crate::ad::strip(v);
+    let v = strip(v);
     let atomic = match &v {
         Value::Con(c) => c.args.is_empty(),
         Value::Int(n) => *n >= 0,
@@ -331,6 +315,18 @@ fn show_arg(v: &Value, out: &mut String, depth: usize) {
 }
 
 /// `tensor [[1.0, 2.0], [3.0, 4.0]]`; large tensors show their shape and a summary.
+/// The items of a tuple or list, comma-separated between `brackets`.
+fn show_seq<'a>(brackets: (char, char), items: impl Iterator<Item = &'a Value>, out: &mut String, depth: usize) {
+    out.push(brackets.0);
+    for (i, x) in items.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        show_into(x, false, out, depth + 1);
+    }
+    out.push(brackets.1);
+}
+
 fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
     let shape = t.shape();
     if t.len() > 1000 {
@@ -394,15 +390,53 @@ pub fn fmt_f32(x: f32) -> String {
     }
 }
 
+/// Reading a builtin's argument as the type the checker gave it. A value of another kind here
+/// means the checker and the builtin table disagree: an internal fault, not the program's.
+impl Value {
+    pub fn as_int(&self) -> FResult<i64> {
+        match self {
+            Value::Int(n) => Ok(*n),
+            other => Err(expected("an Int", other)),
+        }
+    }
+
+    /// A Float, under any perturbations (a builtin that is not differentiable reads the primal).
+    pub fn as_float(&self) -> FResult<f64> {
+        match strip(self) {
+            Value::Float(x) => Ok(x),
+            other => Err(expected("a Float", &other)),
+        }
+    }
+
+    pub fn as_str(&self) -> FResult<Rc<String>> {
+        match self {
+            Value::Str(s) => Ok(s.clone()),
+            other => Err(expected("a String", other)),
+        }
+    }
+
+    /// A Tensor, under any perturbations.
+    pub fn as_tensor(&self) -> FResult<Rc<crate::tensor::Tensor>> {
+        match strip(self) {
+            Value::Tensor(t) => Ok(t),
+            other => Err(expected("a Tensor", &other)),
+        }
+    }
+}
+
+fn expected(what: &str, got: &Value) -> Fault {
+    Fault::internal(format!("expected {what}, got {}", got.type_name()))
+}
+
 #[cfg(test)]
 mod tests {
     /// The sizes docs/design.md and bench/RESULTS.md quote (per value, per recorded operation).
     #[test]
     fn sizes_quoted_in_the_docs() {
         assert_eq!(std::mem::size_of::<super::Value>(), 16);
-        assert_eq!(std::mem::size_of::<crate::eval::machine::Frame>(), 24);
+        assert_eq!(std::mem::size_of::<crate::runtime::stack::Frame>(), 24);
         // A recorded scalar operation: one tracked value (with its Rc counts) + one adjoint frame.
-        assert_eq!(std::mem::size_of::<crate::ad::Tracked>() + 2 * std::mem::size_of::<usize>(), 64);
-        assert_eq!(std::mem::size_of::<crate::ad::AdjFrame>(), 56);
+        assert_eq!(std::mem::size_of::<crate::runtime::perturbed::Tracked>() + 2 * std::mem::size_of::<usize>(), 64);
+        assert_eq!(std::mem::size_of::<crate::runtime::perturbed::AdjFrame>(), 56);
     }
 }

@@ -1,18 +1,12 @@
 //! Where interpreter values meet the tensor library (crates/dp-tensor, which knows nothing of
 //! `Value` or `Fault`): tensor operations on plain values, and its errors as faults.
 
-use super::machine::{FResult, Fault};
+use super::fault::{FResult, Fault};
 use super::value::Value;
 use crate::core::Prim;
 use crate::tensor::ops::{self, Out};
-use crate::tensor::{gpu, Bin, TOp, Tensor, TensorError};
+use crate::tensor::{gpu, Bin, TOp, Tensor};
 use std::rc::Rc;
-
-impl From<TensorError> for Fault {
-    fn from(e: TensorError) -> Fault {
-        Fault { msg: e.msg, help: e.help }
-    }
-}
 
 pub fn wrap(t: Tensor) -> Value {
     Value::Tensor(Rc::new(t))
@@ -21,7 +15,7 @@ pub fn wrap(t: Tensor) -> Value {
 pub fn tensor_of(v: &Value) -> FResult<&Tensor> {
     match v {
         Value::Tensor(t) => Ok(t),
-        other => Err(Fault::new(format!("internal: expected a Tensor, got {}", other.type_name()))),
+        other => Err(Fault::internal(format!("expected a Tensor, got {}", other.type_name()))),
     }
 }
 
@@ -65,11 +59,11 @@ pub fn bin_of(p: Prim) -> Option<Bin> {
 /// Elementwise arithmetic on plain tensors and Floats (broadcasting). Operands come by value
 /// so a tensor only this call holds is reused for the result.
 pub fn elementwise(p: Prim, a: Value, b: Value) -> FResult<Value> {
-    let Some(op) = bin_of(p) else { return Err(Fault::new(format!("internal: `{p:?}` on tensors"))) };
+    let Some(op) = bin_of(p) else { return Err(Fault::internal(format!("`{p:?}` on tensors"))) };
     Ok(wrap(match (a, b) {
         (Value::Tensor(x), Value::Tensor(y)) => ops::binary(op, x, y)?,
         (Value::Tensor(x), Value::Float(y)) => ops::binary_scalar(op, x, y as f32, false)?,
         (Value::Float(x), Value::Tensor(y)) => ops::binary_scalar(op, y, x as f32, true)?,
-        (a, b) => return Err(Fault::new(format!("internal: `{p:?}` on {} and {}", a.type_name(), b.type_name()))),
+        (a, b) => return Err(Fault::internal(format!("`{p:?}` on {} and {}", a.type_name(), b.type_name()))),
     }))
 }

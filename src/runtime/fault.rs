@@ -1,0 +1,89 @@
+//! A run-time fault before it is located (the machine adds the place and the dp call stack).
+//!
+//! Two kinds, kept apart from where they are raised: a *user* fault is the program's own
+//! doing (division by zero, `shift` without `reset`, a shape mismatch) and reads as an
+//! ordinary run-time error; an *internal* fault is a broken invariant of dp itself — a value
+//! of a kind the type checker ruled out, a delimiter missing from its place — which no checked
+//! program can reach, so it says it is a bug in dp instead of blaming the program.
+
+use crate::tensor::TensorError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    User,
+    Internal,
+}
+
+#[derive(Debug)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub msg: String,
+    pub help: Option<String>,
+}
+
+pub type FResult<T> = Result<T, Fault>;
+
+impl Fault {
+    /// A fault of the program being run.
+    pub fn new(msg: impl Into<String>) -> Fault {
+        Fault { kind: FaultKind::User, msg: msg.into(), help: None }
+    }
+
+    /// A broken invariant of dp: `msg` says which, for the bug report.
+    pub fn internal(msg: impl Into<String>) -> Fault {
+        Fault { kind: FaultKind::Internal, msg: msg.into(), help: None }
+    }
+
+    pub fn help(mut self, h: impl Into<String>) -> Fault {
+        self.help = Some(h.into());
+        self
+    }
+
+    pub fn is_internal(&self) -> bool {
+        self.kind == FaultKind::Internal
+    }
+
+    /// The text a user sees. Internal faults never read as the program's error.
+    pub fn message(&self) -> String {
+        match self.kind {
+            FaultKind::User => self.msg.clone(),
+            FaultKind::Internal => format!("{} — this is a bug in dp, please report it", self.msg),
+        }
+    }
+}
+
+impl From<String> for Fault {
+    fn from(s: String) -> Fault {
+        Fault::new(s)
+    }
+}
+
+/// The tensor library's errors keep their kind: a shape mismatch is the program's, a kernel
+/// meeting operands its own checks should have refused is dp's.
+impl From<TensorError> for Fault {
+    fn from(e: TensorError) -> Fault {
+        let kind = if e.internal { FaultKind::Internal } else { FaultKind::User };
+        Fault { kind, msg: e.msg, help: e.help }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_faults_say_they_are_dp_bugs() {
+        let f = Fault::internal("`Neg` on String");
+        assert!(f.is_internal());
+        assert_eq!(f.message(), "`Neg` on String — this is a bug in dp, please report it");
+        let u = Fault::new("division by zero");
+        assert!(!u.is_internal());
+        assert_eq!(u.message(), "division by zero");
+    }
+
+    #[test]
+    fn tensor_errors_keep_their_kind() {
+        assert!(Fault::from(TensorError::internal("concat of nothing")).is_internal());
+        assert!(!Fault::from(TensorError::new("shapes [2] and [3] do not match")).is_internal());
+    }
+}

@@ -1,0 +1,41 @@
+//! The machine's continuation as data: segments, each a value stack and a frame stack ended
+//! by a delimiter (DESIGN.md principles 1–2). Every running handler — `reset`, a `grad`'s
+//! prompt and handler, a `jvp` — is a delimiter, so what is live and in which order is read
+//! off the delimiters alone. The machine (eval/machine.rs) runs them.
+
+use super::perturbed::GradState;
+use super::value::{Closure, Value};
+use crate::source::Span;
+use std::rc::Rc;
+
+/// Frames of a segment's control stack.
+#[derive(Clone)]
+pub enum Frame {
+    /// A dp function waiting for a callee to return: where it resumes, and its `base` and
+    /// `floor` (see `Machine::exec`).
+    Dp { clo: Rc<Closure>, pc: u32, base: u32, floor: u32 },
+    /// Over-application: apply the returned function to these arguments.
+    ApplyRest(Box<(Vec<Value>, Span)>),
+}
+
+#[derive(Clone)]
+pub enum Delim {
+    /// The bottom of a `Machine::run`.
+    Base,
+    Reset,
+    /// Where the function differentiated by `grad` runs; AD primitives of this tag shift here.
+    GradPrompt(u32),
+    /// Just below a prompt: the handler's state, including the adjoint frames it collects.
+    GradHandler(Box<GradState>),
+    /// Where the function given to `jvp` runs: when it returns, its result is split into the
+    /// primal and the tangent of this tag. A delimiter rather than a frame, so that every
+    /// running level is a segment boundary and their order is found without reading frames.
+    Jvp(u32),
+}
+
+#[derive(Clone)]
+pub struct Segment {
+    pub stack: Vec<Value>,
+    pub frames: Vec<Frame>,
+    pub delim: Delim,
+}
