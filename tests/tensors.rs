@@ -1301,11 +1301,11 @@ with open(d + '/np_v2.npy', 'wb') as f:
         assert!(!r.ok && r.stderr.contains("Fortran") && !r.stderr.contains("panicked"), "{}", r.stderr);
     }
     // Unsupported and broken files are located errors, not panics.
-    std::fs::write(dir.join("u8.npy"), npy_bytes("|u1", &[2], &[1, 2])).unwrap();
+    std::fs::write(dir.join("c8.npy"), npy_bytes("<c8", &[1], &[0; 8])).unwrap();
     std::fs::write(dir.join("short.npy"), npy_bytes("<f4", &[4], &[0; 8])).unwrap();
     std::fs::write(dir.join("junk.npy"), b"not a numpy file at all").unwrap();
     std::fs::write(dir.join("cut.npy"), &npy_bytes("<f4", &[2], &[0; 8])[..12]).unwrap();
-    for (n, msg) in [("u8", "unsupported dtype"), ("short", "truncated"), ("junk", "not a NumPy"), ("cut", "")] {
+    for (n, msg) in [("c8", "unsupported dtype"), ("short", "truncated"), ("junk", "not a NumPy"), ("cut", "")] {
         let r = run_dp(&format!("let t = load_npy {}\n", dp_str(&dir.join(format!("{n}.npy")))));
         assert!(!r.ok, "{n}.npy loaded");
         assert!(r.stderr.contains(msg) && r.stderr.contains("run-time error"), "{n}.npy: {}", r.stderr);

@@ -114,7 +114,7 @@ pub fn load(path: &str) -> TResult<Tensor> {
         .into());
     };
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
-        return Err(format!("`{path}`: the shape {shape:?} needs more data than the file holds").into());
+        return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
     let integer = !descr.contains('f');
     let mut values = Vec::with_capacity(size / width);
