@@ -75,6 +75,12 @@ pub fn run_file(file: &str, args: Vec<String>, stack_limit: usize, check_only: b
         Err(code) => return code,
     };
     session.set_args(args);
+    let code = run_in(&mut session, file, check_only);
+    session.finish();
+    code
+}
+
+fn run_in(session: &mut Session, file: &str, check_only: bool) -> u8 {
     let text = match crate::source::read_source(Path::new(file)) {
         Ok(t) => t,
         Err(e) => {

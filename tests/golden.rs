@@ -303,3 +303,30 @@ fn non_utf8_source_is_located() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `read_line` reads standard input a line at a time (without its newline, CRLF too) and gives
+/// None at its end.
+#[test]
+fn read_line_reads_standard_input() {
+    use std::io::Write;
+    let path = std::env::temp_dir().join(format!("dp-read-line-{}.dp", std::process::id()));
+    std::fs::write(
+        &path,
+        "let rec echo n = match read_line () with\n  | Some l -> println (n, l); echo (n + 1)\n  | None -> println \"end\"\nlet () = echo 1\n",
+    )
+    .unwrap();
+    let mut child = dp()
+        .arg("run")
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"first\nsecond line\r\nlast, no newline").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "(1, \"first\")\n(2, \"second line\")\n(3, \"last, no newline\")\nend\n"
+    );
+}

@@ -57,7 +57,7 @@
 
 (defconst dp-builtins
   '("reset" "shift" "grad" "value_and_grad" "jvp" "stop_gradient"
-    "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "exit" "error"
+    "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "clock" "read_line" "getenv" "exit" "error"
     "float" "int" "string_of_int" "string_of_float" "int_of_string" "float_of_string"
     "string_length" "substring" "chars" "concat_strings" "split"
     "sin" "cos" "tan" "exp" "log" "sqrt" "tanh" "sigmoid" "relu" "abs" "floor" "ceil"

@@ -161,6 +161,13 @@ impl Value {
     pub fn str(s: impl Into<String>) -> Value {
         Value::Str(Rc::new(s.into()))
     }
+    /// The prelude's `Some v` (its `Option` declares `None` first, so `Some` is tag 1).
+    pub fn some(v: Value) -> Value {
+        Value::Con(Rc::new(ConVal { tag: 1, name: "Some".into(), args: vec![v] }))
+    }
+    pub fn none() -> Value {
+        Value::Con(Rc::new(ConVal { tag: 0, name: "None".into(), args: vec![] }))
+    }
     pub fn list(items: impl DoubleEndedIterator<Item = Value>) -> Value {
         let mut l = Value::Nil;
         for v in items.rev() {

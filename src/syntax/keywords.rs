@@ -26,6 +26,9 @@ pub const BUILTINS: &[&str] = &[
     "read_lines",
     "write_file",
     "args",
+    "clock",
+    "read_line",
+    "getenv",
     "exit",
     "error",
     // conversions and strings

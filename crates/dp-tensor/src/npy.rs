@@ -116,6 +116,11 @@ pub fn load(path: &str) -> TResult<Tensor> {
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
         return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
+    if matches!(descr.as_str(), "<f4" | "=f4") {
+        // float32 in the machine's byte order is dp's own format: no conversion to check.
+        let values = data[..size].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        return Tensor::from_vec(&shape, values);
+    }
     let integer = !descr.contains('f');
     let mut values = Vec::with_capacity(size / width);
     for (i, b) in data[..size].chunks_exact(width).enumerate() {

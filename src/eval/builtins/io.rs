@@ -33,6 +33,29 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 .map_err(|e| Fault::new(format!("cannot write `{path}`: {e}")))?;
             Value::Unit
         }
+        B::Clock => {
+            // Seconds on a monotonic clock, counted from the first call: differences time code.
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            let _ = arg();
+            Value::Float(START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64())
+        }
+        B::ReadLine => {
+            let _ = arg();
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) => Value::none(),
+                Ok(_) => {
+                    let end = line.trim_end_matches('\n').trim_end_matches('\r').len();
+                    line.truncate(end);
+                    Value::some(Value::str(line))
+                }
+                Err(e) => return Err(Fault::new(format!("cannot read standard input: {e}"))),
+            }
+        }
+        B::Getenv => match std::env::var(arg().as_str()?.as_str()) {
+            Ok(v) => Value::some(Value::str(v)),
+            Err(_) => Value::none(),
+        },
         B::Args => Value::list(m.args.iter().map(|a| Value::str(a.clone())).collect::<Vec<_>>().into_iter()),
         B::Error => return Err(Fault::new(arg().as_str()?.to_string())),
         other => return Err(Fault::internal(format!("{other:?} is not an input/output builtin"))),

@@ -19,9 +19,17 @@ use crate::runtime::{FResult, Fault};
 /// Runs builtin `b`, taking its arguments in order from `arg`.
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     match b {
-        B::Print | B::Println | B::Printf | B::ReadFile | B::ReadLines | B::WriteFile | B::Args | B::Error => {
-            io::call(m, b, arg)
-        }
+        B::Print
+        | B::Println
+        | B::Printf
+        | B::ReadFile
+        | B::ReadLines
+        | B::WriteFile
+        | B::Args
+        | B::Clock
+        | B::ReadLine
+        | B::Getenv
+        | B::Error => io::call(m, b, arg),
         B::Show
         | B::Sprintf
         | B::StringOfInt

@@ -63,7 +63,14 @@ fn plot(path: &str, values: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     let finite: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     let (lo, hi) = finite.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
-    let (lo, hi) = if lo.is_finite() && hi > lo { (lo, hi) } else { (lo.min(0.0), lo.max(0.0) + 1.0) };
+    let (lo, hi) = if !lo.is_finite() {
+        (0.0, 1.0) // nothing finite to draw: an empty chart, not an infinite axis
+    } else if hi > lo {
+        (lo, hi)
+    } else {
+        let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
+        (lo - pad, hi + pad)
+    };
     let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -72,7 +79,16 @@ fn plot(path: &str, values: &[f64]) -> Result<(), Box<dyn std::error::Error>> {
         .y_label_area_size(50)
         .build_cartesian_2d(0f64..(values.len().max(2) - 1) as f64, lo..hi)?;
     chart.configure_mesh().draw()?;
-    chart.draw_series(LineSeries::new(values.iter().enumerate().map(|(i, &v)| (i as f64, v)), &BLUE))?;
+    // NaN and infinite values are gaps in the line, not points.
+    let mut run: Vec<(f64, f64)> = Vec::new();
+    for (i, &v) in values.iter().enumerate() {
+        if v.is_finite() {
+            run.push((i as f64, v));
+        }
+        if (!v.is_finite() || i + 1 == values.len()) && !run.is_empty() {
+            chart.draw_series(LineSeries::new(std::mem::take(&mut run), &BLUE))?;
+        }
+    }
     root.present()?;
     Ok(())
 }

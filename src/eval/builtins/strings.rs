@@ -2,16 +2,8 @@
 //! string operations of LANGUAGE.md.
 
 use crate::builtins::B;
-use crate::runtime::value::{fmt_float, show, ConVal, Value};
+use crate::runtime::value::{fmt_float, show, Value};
 use crate::runtime::{FResult, Fault};
-use std::rc::Rc;
-
-fn some(v: Value) -> Value {
-    Value::Con(Rc::new(ConVal { tag: 1, name: "Some".into(), args: vec![v] }))
-}
-fn none() -> Value {
-    Value::Con(Rc::new(ConVal { tag: 0, name: "None".into(), args: vec![] }))
-}
 
 /// A format (checked with the program) applied to its packed arguments: none is `()`, one is
 /// itself, several are a tuple (the checker's rewriting of `printf`/`sprintf` packs them).
@@ -55,12 +47,12 @@ pub fn call(b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
         B::StringOfInt => Value::str(arg().as_int()?.to_string()),
         B::StringOfFloat => Value::str(fmt_float(arg().as_float()?)),
         B::IntOfString => match arg().as_str()?.trim().parse::<i64>() {
-            Ok(n) => some(Value::Int(n)),
-            Err(_) => none(),
+            Ok(n) => Value::some(Value::Int(n)),
+            Err(_) => Value::none(),
         },
         B::FloatOfString => match arg().as_str()?.trim().parse::<f64>() {
-            Ok(x) => some(Value::Float(x)),
-            Err(_) => none(),
+            Ok(x) => Value::some(Value::Float(x)),
+            Err(_) => Value::none(),
         },
         B::StringLength => Value::Int(arg().as_str()?.chars().count() as i64),
         B::Substring => {
