@@ -91,12 +91,12 @@ fn run_in(session: &mut Session, file: &str, check_only: bool) -> u8 {
     let dir = Path::new(file).parent().map(Path::to_path_buf).unwrap_or_default();
     let checked = session.check(file, &text, &dir);
     for w in session.take_warnings() {
-        report(&session, &w);
+        report(session, &w);
     }
     let checked = match checked {
         Ok(c) => c,
         Err(d) => {
-            report(&session, &d);
+            report(session, &d);
             return 1;
         }
     };
@@ -110,7 +110,7 @@ fn run_in(session: &mut Session, file: &str, check_only: bool) -> u8 {
                 // As a C or OCaml program exits: the status is the code modulo 256 (`exit (-1)` is 255).
                 return (code & 0xff) as u8;
             }
-            report(&session, &d);
+            report(session, &d);
             1
         }
     }
