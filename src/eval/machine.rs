@@ -691,12 +691,12 @@ impl Machine {
 
     /// Makes the segment below the running one current again; returns its delimiter's
     /// segment state that was running.
-    fn restore_below(&mut self) -> Delim {
-        let seg = self.segs.pop().expect("a segment below a delimiter");
+    fn restore_below(&mut self) -> FResult<Delim> {
+        let seg = self.segs.pop().ok_or_else(|| Fault::internal("a delimiter with no segment below it"))?;
         self.seg_frames -= seg.frames.len();
         self.stack = seg.stack;
         self.frames = seg.frames;
-        std::mem::replace(&mut self.delim, seg.delim)
+        Ok(std::mem::replace(&mut self.delim, seg.delim))
     }
 
     /// The running segment finished with `v`: act on its delimiter. `None` ends `run`.
@@ -707,22 +707,22 @@ impl Machine {
                 Ok(None)
             }
             Delim::Reset => {
-                self.restore_below();
+                self.restore_below()?;
                 Ok(Some(Action::Return(v)))
             }
             Delim::GradPrompt(_) => {
-                self.restore_below();
+                self.restore_below()?;
                 // Now the handler segment is running: the backward pass is its work.
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
                     return Err(Fault::internal("grad prompt without its handler"));
                 };
                 let result = ad::backward(self, *state, v)?;
-                self.restore_below();
+                self.restore_below()?;
                 Ok(Some(Action::Return(result)))
             }
             Delim::GradHandler(_) => Err(Fault::internal("returned into a grad handler")),
             &Delim::Jvp(tag) => {
-                self.restore_below();
+                self.restore_below()?;
                 Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
             }
         }
