@@ -140,27 +140,27 @@ impl Session {
     /// this refuses to run.
     pub fn check_only(&mut self, name: &str, text: &str, dir: &Path) -> Result<Checked, Diagnostic> {
         match self.check_only_recovering(name, text, dir) {
-            (_, Some(syntax)) => Err(syntax),
-            (checked, None) => checked,
+            (_, _, Some(syntax)) => Err(syntax),
+            (checked, _, None) => checked,
         }
     }
 
     /// `check_only` that also checks the items around a syntax error (each top-level item is
     /// parsed on its own): the language server keeps hover and definitions for them. Returns
-    /// the check of the items that parsed, and the syntax errors.
+    /// the check of the items that parsed, those items, and the syntax errors.
     pub fn check_only_recovering(
         &mut self,
         name: &str,
         text: &str,
         dir: &Path,
-    ) -> (Result<Checked, Diagnostic>, Option<Diagnostic>) {
+    ) -> (Result<Checked, Diagnostic>, Vec<Item>, Option<Diagnostic>) {
         self.abandon_pending();
         self.check_only = true;
         self.generation += 1;
         let id = self.sources.add(name, text);
         let (items, syntax) = parser::parse_program_recovering(text, id);
         let checked = self.check_items(&items, dir, true).map(|units| Checked { units, generation: self.generation });
-        (checked, syntax)
+        (checked, items, syntax)
     }
 
     /// Runs a checked entry; on any error (run-time error, interrupt, `exit`) the entry's
@@ -388,7 +388,7 @@ impl Session {
 
     /// Ends a session whose process ends next: flushes its output and leaves its memory to the
     /// operating system (freeing a large program's types, code and snapshot one by one takes
-    /// seconds: a third of `dp check`'s time on a 500,000-definition file).
+    /// seconds: `dp check` of a 500,000-definition file took 14.7 s with it, 8.8–9.2 s without).
     pub fn finish(mut self) {
         let _ = self.machine.out.flush();
         std::mem::forget(self);

@@ -7,22 +7,9 @@
 //! `0` flag is kept beside a precision on `%d` (C ignores it), and `%.0d` of 0 is `0` (empty in
 //! C). Those cases are not compared.
 
+use crate::gen::rng::Rng;
 use crate::run::run_dp;
 use std::process::Command;
-
-/// A small deterministic generator (xorshift), so a failure names a reproducible case.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A directive and its argument, as dp source text and as a Python expression.
 fn case(rng: &mut Rng) -> (String, String, String) {
@@ -37,28 +24,28 @@ fn case(rng: &mut Rng) -> (String, String, String) {
         0 => String::new(),
         _ => format!(".{}", rng.below(12)),
     };
-    let conv = ["d", "f", "e", "g", "s"][rng.below(5) as usize];
+    let conv = ["d", "f", "e", "g", "s"][rng.below(5)];
     let (dp, py) = match conv {
         "d" => {
             let n: i64 = match rng.below(4) {
                 0 => rng.below(10) as i64,
                 1 => rng.below(100_000) as i64 - 50_000,
-                2 => (rng.next() >> 24) as i64 * if rng.below(2) == 0 { 1 } else { -1 },
-                _ => [0, -1, 1, 999_999_999_999, -999_999_999_999][rng.below(5) as usize],
+                2 => (rng.next_u64() >> 24) as i64 * if rng.below(2) == 0 { 1 } else { -1 },
+                _ => [0, -1, 1, 999_999_999_999, -999_999_999_999][rng.below(5)],
             };
             (if n < 0 { format!("({n})") } else { n.to_string() }, n.to_string())
         }
         "s" => {
-            let s = ["", "a", "hello", "tab\there", "ünïcode", "a longer string"][rng.below(6) as usize];
+            let s = ["", "a", "hello", "tab\there", "ünïcode", "a longer string"][rng.below(6)];
             let dp = format!("{s:?}");
             (dp.clone(), dp)
         }
         _ => {
             let x: f64 = match rng.below(6) {
-                0 => [0.0, -0.0, 0.5, 1.5, 2.5, 0.125, 0.375, 1e22, 1e-7, 123456.5, 9.9999995][rng.below(11) as usize],
-                1 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN][rng.below(3) as usize],
+                0 => [0.0, -0.0, 0.5, 1.5, 2.5, 0.125, 0.375, 1e22, 1e-7, 123456.5, 9.9999995][rng.below(11)],
+                1 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN][rng.below(3)],
                 _ => {
-                    let mantissa = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                    let mantissa = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
                     let exp = rng.below(40) as i32 - 20;
                     let sign = if rng.below(3) == 0 { -1.0 } else { 1.0 };
                     sign * mantissa * 10f64.powi(exp)
@@ -101,7 +88,7 @@ fn printf_formats_as_python_percent_does() {
         eprintln!("note: python3 not found; skipping the comparison of printf with Python's %");
         return;
     }
-    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let cases: Vec<_> = (0..3000).map(|_| case(&mut rng)).filter(|(f, d, _)| !python_departs_from_c(f, d)).collect();
     let mut dp = String::new();
     let mut py = String::from("import sys\nout = []\n");

@@ -13,7 +13,7 @@ use crate::source::Span;
 use crate::syntax::ast::*;
 use crate::syntax::keywords::KEYWORDS;
 use crate::syntax::lexer::{lex, Tok};
-use crate::syntax::parser::{parse_program, parse_program_recovering};
+use crate::syntax::parser::parse_program;
 use lsp_types as lsp;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -122,9 +122,8 @@ impl Analysis {
         // Nothing runs, but should anything print, keep it off the protocol's standard output.
         session.set_output(Box::new(std::io::sink()));
         a.file = session.sources().files().len() as u32;
-        let (checked, syntax) = session.check_only_recovering(name, text, dir);
+        let (checked, items, syntax) = session.check_only_recovering(name, text, dir);
         let warnings = session.take_warnings();
-        let (items, _) = parse_program_recovering(text, a.file);
         a.index = Index::build(&items, text.len());
         a.items = Some(items);
         a.syntax_ok = syntax.is_none();

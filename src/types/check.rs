@@ -1412,7 +1412,7 @@ impl Checker {
         }
         let packed = match vars.len() {
             0 => node(ExprKind::Lit(Lit::Unit)),
-            1 => vars.pop().unwrap_or_else(|| node(ExprKind::Lit(Lit::Unit))),
+            1 => vars.remove(0),
             _ => node(ExprKind::Tuple(vars)),
         };
         let raw = node(ExprKind::Var(name.into()));

@@ -751,6 +751,7 @@ impl Printer {
         let mut vars = Vec::new();
         free_vars(s, t, &mut vars);
         let mut i = 0;
+        // Bounded: a message about a huge type needs no more than the first bounds.
         while i < vars.len() && i < 256 {
             for id in s.pending_on(vars[i]) {
                 let k = s.constraint(id);

@@ -21,7 +21,7 @@ mod ast;
 mod dp_print;
 mod generate;
 mod ocaml_print;
-mod rng;
+pub mod rng;
 mod runner;
 mod unsound;
 

@@ -126,8 +126,8 @@ pub fn load(path: &str) -> TResult<Tensor> {
     for (i, b) in data[..size].chunks_exact(width).enumerate() {
         let v = read(b);
         let x = v as f32;
-        let exact =
-            if integer { f64::from(x) == v && v.abs() <= 16_777_216.0 } else { x.is_finite() || !v.is_finite() };
+        // Integers up to 2^24 are exact in float32; a float64 is rounded, but must stay in range.
+        let exact = if integer { v.abs() <= 16_777_216.0 } else { x.is_finite() || !v.is_finite() };
         if !exact {
             let what =
                 if integer { "an integer beyond float32's exact range (2^24)" } else { "beyond float32's range" };
@@ -147,7 +147,14 @@ pub fn save(path: &str, t: &Tensor) -> TResult<()> {
         1 => format!("({},)", shape[0]),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_txt}, }}");
+    let data: Vec<u8> = t.array().iter().flat_map(|x| x.to_le_bytes()).collect();
+    Ok(std::fs::write(path, encode("<f4", &shape_txt, &data)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+}
+
+/// A version 1.0 `.npy` file: the header (`shape_txt` as NumPy writes it, e.g. `(3,)`), padded
+/// so that the data starts on a 64-byte boundary, then the data.
+fn encode(descr: &str, shape_txt: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_txt}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -155,10 +162,8 @@ pub fn save(path: &str, t: &Tensor) -> TResult<()> {
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    for x in t.array().iter() {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    Ok(std::fs::write(path, out).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+    out.extend_from_slice(data);
+    out
 }
 
 #[cfg(test)]
@@ -166,13 +171,8 @@ mod tests {
     use super::load;
 
     fn file(descr: &str, shape: &str, data: &[u8]) -> String {
-        let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}\n");
-        let mut out = b"\x93NUMPY\x01\x00".to_vec();
-        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(data);
         let path = std::env::temp_dir().join(format!("dp-npy-{}-{}.npy", std::process::id(), rand_suffix()));
-        std::fs::write(&path, out).unwrap();
+        std::fs::write(&path, super::encode(descr, shape, data)).unwrap();
         path.to_string_lossy().into_owned()
     }
 
