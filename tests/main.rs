@@ -9,6 +9,7 @@ mod golden;
 mod gpu;
 mod layers;
 mod lsp;
+mod python;
 mod repl;
 mod run;
 mod session;

@@ -1169,8 +1169,9 @@ fn npy_bytes(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
     out
 }
 
-fn have_numpy() -> bool {
-    Command::new("python3").args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false)
+/// The test venv's Python, when it has NumPy (`.ci/run` requires it).
+fn numpy() -> Option<std::path::PathBuf> {
+    crate::python::python_with(&["numpy"], "the .npy checks against NumPy")
 }
 
 fn dp_str(p: &std::path::Path) -> String {
@@ -1212,9 +1213,9 @@ fn npy_round_trips() {
         assert!(g.starts_with("(true,"), "{g}");
     }
     // dp's files are readable by NumPy, with the same values
-    if have_numpy() {
+    if let Some(python) = numpy() {
         let p = dir.join("t1.npy");
-        let out = Command::new("python3")
+        let out = Command::new(&python)
             .args([
                 "-c",
                 "import numpy, sys; a = numpy.load(sys.argv[1]); print(a.dtype, a.shape, a.flags['C_CONTIGUOUS'])",
@@ -1248,7 +1249,8 @@ fn npy_from_numpy_dtypes() {
     let mut names = vec!["f64", "i32", "i64", "f32"];
     // ...and by NumPy itself when it is installed (same values, plus a 0-d array and a
     // version 2.0 header).
-    if have_numpy() {
+    let python = numpy();
+    if let Some(python) = &python {
         let script = r#"
 import numpy as np, sys
 d = sys.argv[1]
@@ -1262,7 +1264,7 @@ from numpy.lib import format as fmt
 with open(d + '/np_v2.npy', 'wb') as f:
     fmt.write_array(f, np.array([1.0, 2.0], dtype=np.float32), version=(2, 0))
 "#;
-        let out = Command::new("python3").args(["-c", script]).arg(&dir).output().unwrap();
+        let out = Command::new(python).args(["-c", script]).arg(&dir).output().unwrap();
         assert!(out.status.success(), "numpy: {}", String::from_utf8_lossy(&out.stderr));
         names.extend(["np_f64", "np_i32", "np_i64", "np_f32"]);
     }
@@ -1284,7 +1286,7 @@ with open(d + '/np_v2.npy', 'wb') as f:
     for (i, g) in got.iter().enumerate() {
         assert_eq!(numbers(g), numbers(expected[i % 4]), "{}: got {g}", names[i]);
     }
-    if have_numpy() {
+    if let Some(python) = &python {
         let got = run_ok(&format!(
             "let () = println (load_npy {})\nlet () = println (load_npy {})\nlet () = println (load_npy {})\n",
             dp_str(&dir.join("np_0d.npy")),
@@ -1296,7 +1298,7 @@ with open(d + '/np_v2.npy', 'wb') as f:
         let script =
             "import numpy as np, sys; np.save(sys.argv[1], np.asfortranarray(np.ones((2, 3), dtype=np.float32)))";
         let p = dir.join("fortran.npy");
-        assert!(Command::new("python3").args(["-c", script]).arg(&p).status().unwrap().success());
+        assert!(Command::new(python).args(["-c", script]).arg(&p).status().unwrap().success());
         let r = run_dp(&format!("let t = load_npy {}\n", dp_str(&p)));
         assert!(!r.ok && r.stderr.contains("Fortran") && !r.stderr.contains("panicked"), "{}", r.stderr);
     }
