@@ -11,6 +11,7 @@ pub mod diagnostic;
 pub mod docs;
 pub mod eval;
 pub mod format;
+pub mod jupyter;
 pub mod lsp;
 pub mod progress;
 pub mod repl;

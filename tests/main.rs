@@ -7,6 +7,7 @@ mod format;
 mod gen;
 mod golden;
 mod gpu;
+mod jupyter;
 mod layers;
 mod lsp;
 mod python;

@@ -17,6 +17,8 @@ pub trait Reporter {
     fn tick(&mut self, loss: f64);
     /// The loop is over.
     fn finish(&mut self);
+    /// `plot` wrote an SVG chart to `path` (a notebook shows it inline; a terminal does not).
+    fn plotted(&mut self, _path: &str) {}
 }
 
 /// Shows nothing: the machine's reporter until the session gives it another.
@@ -54,6 +56,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let values: Vec<f64> =
                 arg().iter_list().filter_map(|v| if let Value::Float(x) = strip(v) { Some(x) } else { None }).collect();
             plot(&path, &values).map_err(|e| Fault::new(format!("cannot plot to `{path}`: {e}")))?;
+            m.reporter.plotted(&path);
         }
         other => return Err(Fault::internal(format!("{other:?} is not a reporting builtin"))),
     }
