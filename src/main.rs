@@ -87,17 +87,23 @@ fn main() -> ExitCode {
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || match cli.command {
-            Some(Command::Run { .. }) | Some(Command::Repl) | None if !set_device(&cli.device) => 1,
+            Some(Command::Run { .. })
+            | Some(Command::Repl)
+            | Some(Command::Jupyter { action: Jupyter::Kernel { .. } })
+            | None
+                if !set_device(&cli.device) =>
+            {
+                1
+            }
             Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
             Some(Command::Lsp) => dp::lsp::serve(),
             Some(Command::Doc { out }) => dp::cli::doc(&out),
-            Some(Command::Jupyter { action: Jupyter::Install { prefix, .. } }) => dp::jupyter::install::command(prefix),
+            Some(Command::Jupyter { action: Jupyter::Install { prefix, .. } }) => {
+                dp::jupyter::install::command(prefix, &cli.device)
+            }
             Some(Command::Jupyter { action: Jupyter::Kernel { connection_file } }) => {
-                if !set_device(&cli.device) {
-                    return 1;
-                }
                 dp::jupyter::kernel(&connection_file, cli.stack_limit)
             }
         })

@@ -31,10 +31,15 @@ pub fn user_data_dir() -> Option<PathBuf> {
     Some(var("XDG_DATA_HOME").unwrap_or_else(|| home.join(".local").join("share")).join("jupyter"))
 }
 
-/// The kernel spec of the `dp` at `exe`.
-pub fn kernel_json(exe: &Path) -> serde_json::Value {
+/// The kernel spec of the `dp` at `exe`, whose kernel puts tensors on `device` (`--device`).
+pub fn kernel_json(exe: &Path, device: &str) -> serde_json::Value {
+    let mut argv = vec![exe.to_string_lossy().to_string()];
+    if device != "cpu" {
+        argv.extend(["--device".to_string(), device.to_string()]);
+    }
+    argv.extend(["jupyter", "kernel", "{connection_file}"].map(String::from));
     json!({
-        "argv": [exe.to_string_lossy(), "jupyter", "kernel", "{connection_file}"],
+        "argv": argv,
         "display_name": "dp",
         "language": "dp",
         "interrupt_mode": "message",
@@ -43,7 +48,7 @@ pub fn kernel_json(exe: &Path) -> serde_json::Value {
 }
 
 /// Writes the spec of this very `dp` executable; returns the spec's directory.
-pub fn install(target: &Target) -> Result<PathBuf, String> {
+pub fn install(target: &Target, device: &str) -> Result<PathBuf, String> {
     let data = match target {
         Target::User => {
             user_data_dir().ok_or("cannot tell the Jupyter data directory: set JUPYTER_DATA_DIR or HOME")?
@@ -54,16 +59,16 @@ pub fn install(target: &Target) -> Result<PathBuf, String> {
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let dir = data.join("kernels").join("dp");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
-    let text = serde_json::to_string_pretty(&kernel_json(&exe)).unwrap_or_default();
+    let text = serde_json::to_string_pretty(&kernel_json(&exe, device)).unwrap_or_default();
     let file = dir.join("kernel.json");
     std::fs::write(&file, text + "\n").map_err(|e| format!("cannot write `{}`: {e}", file.display()))?;
     Ok(dir)
 }
 
-/// `dp jupyter install [--user | --prefix DIR]`: the exit code.
-pub fn command(prefix: Option<String>) -> u8 {
+/// `dp [--device D] jupyter install [--user | --prefix DIR]`: the exit code.
+pub fn command(prefix: Option<String>, device: &str) -> u8 {
     let target = prefix.map_or(Target::User, |p| Target::Prefix(p.into()));
-    match install(&target) {
+    match install(&target, device) {
         Ok(dir) => {
             println!("installed the dp kernel spec in {}", dir.display());
             println!("start `jupyter lab` (or `jupyter notebook`) and choose the kernel \"dp\"");
@@ -73,5 +78,20 @@ pub fn command(prefix: Option<String>) -> u8 {
             eprintln!("error: {e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_flag_is_recorded_unless_it_is_the_default() {
+        let exe = Path::new("/opt/dp");
+        assert_eq!(kernel_json(exe, "cpu")["argv"], json!(["/opt/dp", "jupyter", "kernel", "{connection_file}"]));
+        assert_eq!(
+            kernel_json(exe, "auto")["argv"],
+            json!(["/opt/dp", "--device", "auto", "jupyter", "kernel", "{connection_file}"])
+        );
     }
 }
