@@ -321,14 +321,13 @@ async fn heartbeat_loop(mut hb: zeromq::RepSocket) {
 async fn iopub_loop(mut iopub: zeromq::PubSocket, key: Key, session: String, mut rx: mpsc::UnboundedReceiver<Publish>) {
     let mut held: Option<Publish> = None;
     loop {
-        let next = match held.take() {
+        let mut next = match held.take() {
             Some(p) => p,
             None => match rx.recv().await {
                 Some(p) => p,
                 None => return,
             },
         };
-        let mut next = next;
         if next.msg_type == "stream" {
             while let Ok(more) = rx.try_recv() {
                 let same = more.msg_type == "stream"
