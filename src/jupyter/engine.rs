@@ -151,7 +151,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(mut session: crate::Session, tx: UnboundedSender<Publish>) -> Engine {
+    pub fn new(mut session: crate::session::Session, tx: UnboundedSender<Publish>) -> Engine {
         let outlet = Outlet { tx, parent: Rc::new(RefCell::new(None)) };
         let pending_out = Rc::new(RefCell::new(Vec::new()));
         session.set_output(Box::new(Stdout { outlet: outlet.clone(), pending: pending_out.clone() }));
