@@ -204,20 +204,28 @@ impl Machine {
         mut base: usize,
         mut floor: usize,
     ) -> Result<Value, Diagnostic> {
-        // A fault goes to the innermost running `catch` when there is one (the machine then
-        // runs its handler), and otherwise ends the run, located here. Its `continue` is the
-        // dispatch loop's: never use it inside an inner loop.
-        macro_rules! fault {
-            ($e:expr) => {
-                match self.recover($e) {
-                    Ok(Next::Run(c, p, b, f)) => {
+        // Goes on as `Next` says: run a dp function from a place, or finish the run. Its
+        // `continue` is the dispatch loop's: never use these macros inside an inner loop.
+        macro_rules! jump {
+            ($next:expr) => {
+                match $next {
+                    Next::Run(c, p, b, f) => {
                         clo = c;
                         pc = p;
                         base = b;
                         floor = f;
                         continue;
                     }
-                    Ok(Next::Done(v)) => return Ok(v),
+                    Next::Done(v) => return Ok(v),
+                }
+            };
+        }
+        // A fault goes to the innermost running `catch` when there is one (the machine then
+        // runs its handler), and otherwise ends the run, located here.
+        macro_rules! fault {
+            ($e:expr) => {
+                match self.recover($e) {
+                    Ok(next) => jump!(next),
                     Err(f) => return Err(self.locate(f, &clo, pc)),
                 }
             };
@@ -233,14 +241,7 @@ impl Machine {
         macro_rules! goto {
             ($next:expr) => {
                 match $next {
-                    Ok(Next::Run(c, p, b, f)) => {
-                        clo = c;
-                        pc = p;
-                        base = b;
-                        floor = f;
-                        continue;
-                    }
-                    Ok(Next::Done(v)) => return Ok(v),
+                    Ok(next) => jump!(next),
                     Err(f) => fault!(f),
                 }
             };
