@@ -29,13 +29,13 @@ DP
 cat >"$dir/empty.dp" <<DP
 let () = println [1000000, 10]
 DP
-cat >"$dir/numpy.py" <<PY
+cat >"$dir/np_load.py" <<PY
 import sys, numpy as np
 if sys.argv[1] == "load":
     a = np.loadtxt("$dir/data.csv", delimiter=",", dtype=np.float32, skiprows=1)
     print(list(a.shape))
 PY
-cat >"$dir/pandas.py" <<PY
+cat >"$dir/pd_load.py" <<PY
 import sys, numpy as np, pandas as pd
 if sys.argv[1] == "load":
     a = pd.read_csv("$dir/data.csv", dtype=np.float32, engine="c").to_numpy()
@@ -46,7 +46,7 @@ best() { # best of 3 wall seconds of a command
   for _ in 1 2 3; do
     local s e
     s=$(date +%s.%N)
-    "$@" >/dev/null
+    "$@" >/dev/null || { echo "failed: $*" >&2; kill $$; }
     e=$(date +%s.%N)
     local t
     t=$(awk "BEGIN{print $e - $s}")
@@ -57,8 +57,8 @@ best() { # best of 3 wall seconds of a command
 net() { awk "BEGIN{printf \"%.2f\", $1 - $2}"; }
 size=$(du -m "$dir/data.csv" | cut -f1)
 dp_t=$(net "$(best "$DP" run "$dir/load.dp")" "$(best "$DP" run "$dir/empty.dp")")
-np_t=$(net "$(best "$PY" "$dir/numpy.py" load)" "$(best "$PY" "$dir/numpy.py" none)")
-pd_t=$(net "$(best "$PY" "$dir/pandas.py" load)" "$(best "$PY" "$dir/pandas.py" none)")
+np_t=$(net "$(best "$PY" "$dir/np_load.py" load)" "$(best "$PY" "$dir/np_load.py" none)")
+pd_t=$(net "$(best "$PY" "$dir/pd_load.py" load)" "$(best "$PY" "$dir/pd_load.py" none)")
 echo "load_csv of a ${size} MB numeric CSV ($ROWS rows x 10 columns, %.6e), best of 3, start-up subtracted"
 printf "| reader | seconds |\n|---|---|\n"
 printf "| dp load_csv | %s |\n| numpy.loadtxt (float32) | %s |\n| pandas.read_csv (C engine, float32) | %s |\n" "$dp_t" "$np_t" "$pd_t"
