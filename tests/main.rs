@@ -1,9 +1,11 @@
 //! The one integration-test binary: golden programs, error snapshots, AD properties, REPL.
 
 mod ad;
+mod csv;
 mod docs;
 mod editors;
 mod format;
+mod fuzz_bodies;
 mod gen;
 mod golden;
 mod gpu;

@@ -438,7 +438,7 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
         if n.is_multiple_of(4096) && m.interrupted() {
-            return Err(Fault::new("interrupted"));
+            return Err(Fault::abort("interrupted"));
         }
         match frame {
             AdjFrame::Scale { out, a, b } => {

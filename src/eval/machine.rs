@@ -45,6 +45,7 @@ pub enum Control {
     Grad { f: Value, x: Value, with_value: bool },
     Jvp { f: Value, x: Value, v: Value },
     Exit(i32),
+    Catch { body: Value, handler: Value },
 }
 
 /// Raised when the program calls `exit`.
@@ -203,9 +204,30 @@ impl Machine {
         mut base: usize,
         mut floor: usize,
     ) -> Result<Value, Diagnostic> {
+        // Goes on as `Next` says: run a dp function from a place, or finish the run. Its
+        // `continue` is the dispatch loop's: never use these macros inside an inner loop.
+        macro_rules! jump {
+            ($next:expr) => {
+                match $next {
+                    Next::Run(c, p, b, f) => {
+                        clo = c;
+                        pc = p;
+                        base = b;
+                        floor = f;
+                        continue;
+                    }
+                    Next::Done(v) => return Ok(v),
+                }
+            };
+        }
+        // A fault goes to the innermost running `catch` when there is one (the machine then
+        // runs its handler), and otherwise ends the run, located here.
         macro_rules! fault {
             ($e:expr) => {
-                return Err(self.locate($e, &clo, pc))
+                match self.recover($e) {
+                    Ok(next) => jump!(next),
+                    Err(f) => return Err(self.locate(f, &clo, pc)),
+                }
             };
         }
         macro_rules! tryf {
@@ -219,14 +241,7 @@ impl Machine {
         macro_rules! goto {
             ($next:expr) => {
                 match $next {
-                    Ok(Next::Run(c, p, b, f)) => {
-                        clo = c;
-                        pc = p;
-                        base = b;
-                        floor = f;
-                        continue;
-                    }
-                    Ok(Next::Done(v)) => return Ok(v),
+                    Ok(next) => jump!(next),
                     Err(f) => fault!(f),
                 }
             };
@@ -242,11 +257,11 @@ impl Machine {
             () => {
                 if self.interrupt.load(Ordering::Relaxed) {
                     self.interrupt.store(false, Ordering::Relaxed);
-                    fault!(Fault::new("interrupted"));
+                    fault!(Fault::abort("interrupted"));
                 }
                 if let Some(f) = &mut self.fuel {
                     if *f == 0 {
-                        fault!(Fault::new("out of fuel"));
+                        fault!(Fault::abort("out of fuel"));
                     }
                     *f -= 1;
                 }
@@ -255,7 +270,7 @@ impl Machine {
         macro_rules! depth_limit {
             () => {
                 if self.depth() >= self.stack_limit {
-                    fault!(Fault::new(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
+                    fault!(Fault::abort(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
                         .help("a recursion that never ends? otherwise raise the limit with `--stack-limit`"));
                 }
             };
@@ -566,15 +581,8 @@ impl Machine {
                 Op::Update(ni, n) => {
                     let vals: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let base_rec = self.pop();
-                    let Value::Record(rec) = base_rec else { fault!(Fault::internal("update of a non-record")) };
-                    let mut values = rec.values.clone();
-                    for (name, v) in clo.func.names[ni as usize].iter().zip(vals) {
-                        match rec.names.iter().position(|x| x == name) {
-                            Some(i) => values[i] = v,
-                            None => fault!(Fault::new(format!("record has no field `{name}`"))),
-                        }
-                    }
-                    self.stack.push(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })));
+                    let v = tryf!(update_record(base_rec, &clo.func.names[ni as usize], vals));
+                    self.stack.push(v);
                 }
                 Op::MakeCon(ci, n) => {
                     let args: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
@@ -614,7 +622,7 @@ impl Machine {
                                 self.frames.push(Frame::ApplyRest(Box::new((rest, span))));
                             }
                             if self.depth() >= self.stack_limit {
-                                return Err(Fault::new(format!(
+                                return Err(Fault::abort(format!(
                                     "stack limit exceeded ({} nested calls)",
                                     self.stack_limit
                                 )));
@@ -706,7 +714,7 @@ impl Machine {
                 self.stack.push(v);
                 Ok(None)
             }
-            Delim::Reset => {
+            Delim::Reset | Delim::Catch(_) => {
                 self.restore_below()?;
                 Ok(Some(Action::Return(v)))
             }
@@ -778,12 +786,41 @@ impl Machine {
                 self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
+            Control::Catch { body, handler } => {
+                self.push_segment(Delim::Catch(Box::new((handler, span))));
+                Action::Apply(body, vec![Value::Unit], span)
+            }
             Control::Exit(code) => {
                 self.exit_code = Some(code);
-                return Err(Fault::new(format!("exit {code}")));
+                return Err(Fault::abort(format!("exit {code}")));
             }
         };
         self.resume(action)
+    }
+
+    /// `fault` was raised: when a `catch` is running and the fault is the program's own, cuts
+    /// the stack back to the innermost `catch` (the segments above it, with whatever handlers
+    /// of `grad`, `jvp` or `reset` ran there, are dropped: their levels are over) and calls
+    /// its handler with the message. A fault raised by applying the handler itself (a builtin
+    /// handler: `catch f error`) goes to the next `catch` out. `Err` when nothing catches it.
+    fn recover(&mut self, mut fault: Fault) -> FResult<Next> {
+        loop {
+            if !fault.is_catchable() || !self.delims().any(|d| matches!(d, Delim::Catch(_))) {
+                return Err(fault);
+            }
+            while !matches!(self.delim, Delim::Catch(_)) {
+                self.restore_below()?;
+            }
+            let Delim::Catch(caught) = self.restore_below()? else {
+                return Err(Fault::internal("a catch delimiter vanished while unwinding"));
+            };
+            let (handler, span) = *caught;
+            let msg = Value::str(std::mem::take(&mut fault.msg));
+            match self.resume(Action::Apply(handler, vec![msg], span)) {
+                Ok(next) => return Ok(next),
+                Err(f) => fault = f,
+            }
+        }
     }
 
     /// The delimiters of the segments, innermost (the running one) first.
@@ -904,6 +941,10 @@ impl Machine {
         };
         let v = match b {
             B::Reset => return Ok(BuiltinOut::Control(Control::Reset(arg()))),
+            B::Catch => {
+                let (body, handler) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Catch { body, handler }));
+            }
             B::Shift => return Ok(BuiltinOut::Control(Control::Shift(arg()))),
             B::Grad | B::ValueAndGrad => {
                 let (f, x) = (arg(), arg());
@@ -953,6 +994,20 @@ fn push_fresh<T>(v: &mut Vec<T>, f: impl FnOnce() -> T) {
     v.extend(std::iter::once_with(f))
 }
 
+/// `{ r with names = vals }`. (Out of `exec`'s loop: a fault raised inside a loop there would
+/// resume the inner loop when a `catch` recovers from it.)
+fn update_record(r: Value, names: &[Rc<str>], vals: Vec<Value>) -> FResult<Value> {
+    let Value::Record(rec) = r else { return Err(Fault::internal("update of a non-record")) };
+    let mut values = rec.values.clone();
+    for (name, v) in names.iter().zip(vals) {
+        match rec.names.iter().position(|x| x == name) {
+            Some(i) => values[i] = v,
+            None => return Err(Fault::new(format!("record has no field `{name}`"))),
+        }
+    }
+    Ok(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })))
+}
+
 fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bool {
     match p {
         Pattern::Wild => true,
@@ -995,9 +1050,14 @@ fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bo
     }
 }
 
-/// Structural equality without recursion on the Rust stack.
+/// Structural equality without recursion on the Rust stack. Reference cells compare by
+/// contents, as OCaml's `=` does; a pair of cells met again while being compared is taken as
+/// equal (the coinductive reading: nothing found so far tells them apart), so equality of
+/// cyclic structures terminates and agrees with OCaml wherever OCaml's does.
 pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
     let mut work: Vec<(Value, Value)> = vec![(a.clone(), b.clone())];
+    let mut cells: std::collections::HashSet<(*const std::cell::RefCell<Value>, *const std::cell::RefCell<Value>)> =
+        std::collections::HashSet::new();
     while let Some((x, y)) = work.pop() {
         use Value::*;
         match (&x, &y) {
@@ -1037,7 +1097,7 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                 work.extend(p.args.iter().cloned().zip(q.args.iter().cloned()));
             }
             (Ref(p), Ref(q)) => {
-                if !Rc::ptr_eq(p, q) {
+                if !Rc::ptr_eq(p, q) && cells.insert((Rc::as_ptr(p), Rc::as_ptr(q))) {
                     let (pv, qv) = (p.borrow().clone(), q.borrow().clone());
                     work.push((pv, qv));
                 }

@@ -31,6 +31,7 @@ pub const BUILTINS: &[&str] = &[
     "getenv",
     "exit",
     "error",
+    "catch",
     // conversions and strings
     "float",
     "int",
@@ -70,6 +71,8 @@ pub const BUILTINS: &[&str] = &[
     "uniform",
     "load_npy",
     "save_npy",
+    "read_csv",
+    "load_csv",
     "shape",
     "reshape",
     "transpose",

@@ -1,9 +1,10 @@
 //! The language's builtins that are functions of their arguments (no transfer of control; the
-//! machine itself does `reset`, `shift`, `grad`, `jvp` and `exit`), one module per idea:
-//! `io` (output, files, arguments), `strings`, `numbers` (and reference cells), `tensor` (the
-//! tensor builtins of LANGUAGE.md "Tensors"), `tree` (arithmetic over parameter structures) and
-//! `progress` (training-loop reports and plots).
+//! machine itself does `reset`, `shift`, `catch`, `grad`, `jvp` and `exit`), one module per
+//! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
+//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tree`
+//! (arithmetic over parameter structures) and `progress` (training-loop reports and plots).
 
+pub mod csv;
 pub mod io;
 pub mod numbers;
 pub mod progress;
@@ -41,6 +42,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Chars
         | B::ConcatStrings
         | B::Split => strings::call(b, arg),
+        B::ReadCsv | B::LoadCsv => csv::call(b, arg),
         B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => progress::call(m, b, arg),
         B::TreeAdd
         | B::TreeSub

@@ -27,6 +27,12 @@ fn index(v: &Value, what: &str) -> FResult<usize> {
 
 fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
     let dims = v.iter_list().map(|d| index(d, "a dimension")).collect::<FResult<Vec<_>>>()?;
+    checked_shape(dims)
+}
+
+/// A shape whose tensor dp may allocate: a larger one would abort the process when the
+/// allocation fails rather than raise an error.
+fn checked_shape(dims: Vec<usize>) -> FResult<Vec<usize>> {
     let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     match n {
         Some(n) if n <= 1 << 31 => Ok(dims),
@@ -81,7 +87,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             new_full(&s, arg().as_float()? as f32)?
         }
         B::Arange => {
-            let n = index(&arg(), "arange's length")?;
+            let n = checked_shape(vec![index(&arg(), "arange's length")?])?[0];
             new(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)?
         }
         B::Randn => {

@@ -42,6 +42,12 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::TreeSqrt => map_leaves(arg(), &mut |x| sqrt(m, x))?,
         B::TreeClip => {
             let (lo, hi) = (arg().as_float()?, arg().as_float()?);
+            // `clamp` would panic on these: they name no interval.
+            if lo.is_nan() || hi.is_nan() || lo > hi {
+                return Err(Fault::new(format!(
+                    "tree_clip {lo} {hi}: the bounds must satisfy lo <= hi (and not be NaN)"
+                )));
+            }
             map_leaves(arg(), &mut |x| clip(&x, lo, hi))?
         }
         B::TreeZeros => map_leaves(arg(), &mut |x| Ok(ad::zero_like(&x)))?,
