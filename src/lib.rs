@@ -12,6 +12,7 @@ pub mod docs;
 pub mod eval;
 pub mod format;
 pub mod lsp;
+pub mod plot;
 pub mod progress;
 pub mod repl;
 pub mod runtime;

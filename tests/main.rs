@@ -3,12 +3,14 @@
 mod ad;
 mod docs;
 mod editors;
+mod files;
 mod format;
 mod gen;
 mod golden;
 mod gpu;
 mod layers;
 mod lsp;
+mod plots;
 mod python;
 mod repl;
 mod run;

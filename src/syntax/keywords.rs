@@ -70,6 +70,10 @@ pub const BUILTINS: &[&str] = &[
     "uniform",
     "load_npy",
     "save_npy",
+    "save_params",
+    "load_params",
+    "load_npz",
+    "save_npz",
     "shape",
     "reshape",
     "transpose",
@@ -107,6 +111,7 @@ pub const BUILTINS: &[&str] = &[
     "progress_tick",
     "progress_finish",
     "plot",
+    "plot_with",
 ];
 
 /// Built-in type names.
