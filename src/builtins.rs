@@ -65,6 +65,10 @@ pub enum B {
     ReadCsv,
     LoadCsv,
     SaveNpy,
+    SaveParams,
+    LoadParams,
+    LoadNpz,
+    SaveNpz,
     Shape,
     Reshape,
     Transpose,
@@ -100,6 +104,7 @@ pub enum B {
     ProgressTick,
     ProgressFinish,
     Plot,
+    PlotWith,
 }
 
 /// `(name, implementation, type)`; a type may start with `Num a, Diff b =>` constraints.
@@ -168,6 +173,11 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("save_npy", B::SaveNpy, "String -> Tensor -> Unit"),
     ("read_csv", B::ReadCsv, "String -> List (List String)"),
     ("load_csv", B::LoadCsv, "String -> Tensor"),
+    // checkpoints (safetensors) and .npz archives: src/eval/builtins/files.rs
+    ("save_params", B::SaveParams, "Diff a => String -> a -> Unit"),
+    ("load_params", B::LoadParams, "Diff a => String -> a -> a"),
+    ("load_npz", B::LoadNpz, "String -> List (String, Tensor)"),
+    ("save_npz", B::SaveNpz, "String -> List (String, Tensor) -> Unit"),
     ("shape", B::Shape, "Tensor -> List Int"),
     ("reshape", B::Reshape, "Tensor -> List Int -> Tensor"),
     ("transpose", B::Transpose, "Tensor -> Tensor"),
@@ -200,11 +210,16 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("tree_sum_squares", B::TreeSumSquares, "Diff a => a -> Float"),
     ("conv2d", B::Conv2d, "Tensor -> Tensor -> Tensor"),
     ("max_pool2d", B::MaxPool2d, "Int -> Tensor -> Tensor"),
-    // long work: a progress bar on a terminal (quiet otherwise) and SVG line charts
+    // long work: a progress bar on a terminal (quiet otherwise); line charts (src/plot)
     ("progress_start", B::ProgressStart, "Int -> String -> Unit"),
     ("progress_tick", B::ProgressTick, "Float -> Unit"),
     ("progress_finish", B::ProgressFinish, "Unit -> Unit"),
     ("plot", B::Plot, "String -> List Float -> Unit"),
+    (
+        "plot_with",
+        B::PlotWith,
+        "{ title : String, xlabel : String, ylabel : String, log_y : Bool } -> String -> List (String, List Float) -> Unit",
+    ),
 ];
 
 /// The most arguments any builtin takes.

@@ -13,6 +13,7 @@ pub mod eval;
 pub mod format;
 pub mod jupyter;
 pub mod lsp;
+pub mod plot;
 pub mod progress;
 pub mod repl;
 pub mod runtime;

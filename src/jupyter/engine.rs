@@ -89,14 +89,33 @@ impl Reporter for Notebook {
     fn tick(&mut self, _loss: f64) {}
     fn finish(&mut self) {}
     fn plotted(&mut self, path: &str) {
-        match std::fs::read_to_string(path) {
-            Ok(svg) => self.outlet.publish(
-                "display_data",
-                json!({"data": {"image/svg+xml": svg, "text/plain": format!("<plot {path}>")}, "metadata": {}}),
-            ),
-            Err(e) => self.outlet.stream("stderr", &format!("cannot show the plot `{path}`: {e}\n")),
+        let png = path.to_ascii_lowercase().ends_with(".png");
+        let data = match std::fs::read(path) {
+            Ok(bytes) if png => json!({"image/png": base64(&bytes), "text/plain": format!("<plot {path}>")}),
+            Ok(bytes) => {
+                json!({"image/svg+xml": String::from_utf8_lossy(&bytes), "text/plain": format!("<plot {path}>")})
+            }
+            Err(e) => return self.outlet.stream("stderr", &format!("cannot show the plot `{path}`: {e}\n")),
+        };
+        self.outlet.publish("display_data", json!({"data": data, "metadata": {}}));
+    }
+}
+
+/// Standard base64 with padding (RFC 4648), as Jupyter's `image/png` data is sent.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
         }
     }
+    out
 }
 
 /// A cell's console: echoes make its result, warnings and complaints go to stderr, answers
@@ -302,6 +321,16 @@ mod tests {
         assert_eq!(name_at("1 +  2", 4), None);
         assert_eq!(name_at("1 + 2", 1), None);
         assert_eq!(name_at("λx → f'", 9).as_deref(), Some("f'"));
+    }
+
+    #[test]
+    fn base64_is_rfc_4648() {
+        // RFC 4648 section 10's test vectors.
+        for (plain, coded) in
+            [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")]
+        {
+            assert_eq!(base64(plain.as_bytes()), coded);
+        }
     }
 
     #[test]

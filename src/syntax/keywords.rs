@@ -73,6 +73,10 @@ pub const BUILTINS: &[&str] = &[
     "save_npy",
     "read_csv",
     "load_csv",
+    "save_params",
+    "load_params",
+    "load_npz",
+    "save_npz",
     "shape",
     "reshape",
     "transpose",
@@ -110,6 +114,7 @@ pub const BUILTINS: &[&str] = &[
     "progress_tick",
     "progress_finish",
     "plot",
+    "plot_with",
 ];
 
 /// Built-in type names.

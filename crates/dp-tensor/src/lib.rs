@@ -12,8 +12,10 @@ pub mod cpu;
 mod error;
 pub mod gpu;
 pub mod npy;
+pub mod npz;
 pub mod op;
 pub mod ops;
+pub mod safetensors;
 
 pub use error::{TResult, TensorError};
 pub use op::{Bin, TOp, Un};

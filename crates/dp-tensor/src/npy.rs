@@ -59,6 +59,13 @@ fn element_reader(descr: &str) -> Option<(usize, Reader)> {
         "i4" => read!(i32),
         "u8" => read!(u64),
         "i8" => read!(i64),
+        "bf2" => {
+            let f: Reader = Box::new(move |b: &[u8]| {
+                let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
+                f64::from(f32::from_bits(u32::from(bits) << 16))
+            });
+            Some((2, f))
+        }
         "f2" => {
             let f: Reader = Box::new(move |b: &[u8]| {
                 let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
@@ -86,6 +93,12 @@ fn half_to_f64(h: u16) -> f64 {
 
 pub fn load(path: &str) -> TResult<Tensor> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    decode(&bytes, path)
+}
+
+/// One `.npy` file's bytes as a tensor; `name` (a path, or an archive member) heads errors.
+pub fn decode(bytes: &[u8], name: &str) -> TResult<Tensor> {
+    let path = name;
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(format!("`{path}` is not a NumPy .npy file").into());
     }
@@ -106,20 +119,32 @@ pub fn load(path: &str) -> TResult<Tensor> {
         );
     }
     let data = &bytes[start + hlen..];
-    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    let Some((width, read)) = element_reader(&descr) else {
+    if element_reader(&descr).is_none() {
         return Err(format!(
             "`{path}`: unsupported dtype `{descr}` (bool, int8–int64, uint8–uint64 and float16–float64 are)"
         )
         .into());
+    }
+    convert(&descr, &shape, data, path)
+}
+
+/// Elements of NumPy dtype `descr` (`<f8`, `|u1`, …; also `<bf2` for bfloat16, which NumPy
+/// lacks but safetensors has) laid out in C order as a float32 tensor of `shape`: exactly, or
+/// refused naming the first element that would change. Bytes past the data are ignored;
+/// `what` names the source in errors.
+pub fn convert(descr: &str, shape: &[usize], data: &[u8], what: &str) -> TResult<Tensor> {
+    let path = what;
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let Some((width, read)) = element_reader(descr) else {
+        return Err(format!("`{path}`: unsupported dtype `{descr}`").into());
     };
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
         return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
-    if matches!(descr.as_str(), "<f4" | "=f4") {
+    if matches!(descr, "<f4" | "=f4") {
         // float32 in the machine's byte order is dp's own format: no conversion to check.
         let values = data[..size].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        return Tensor::from_vec(&shape, values);
+        return Tensor::from_vec(shape, values);
     }
     let integer = !descr.contains('f');
     let mut values = Vec::with_capacity(size / width);
@@ -138,17 +163,30 @@ pub fn load(path: &str) -> TResult<Tensor> {
         }
         values.push(x);
     }
-    Tensor::from_vec(&shape, values)
+    Tensor::from_vec(shape, values)
 }
 
 pub fn save(path: &str, t: &Tensor) -> TResult<()> {
+    Ok(std::fs::write(path, encode_tensor(t)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+}
+
+/// A tensor as the bytes of a `.npy` file (float32, little-endian, C order).
+pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
     let shape = t.shape();
     let shape_txt = match shape.len() {
         1 => format!("({},)", shape[0]),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    let data: Vec<u8> = t.array().iter().flat_map(|x| x.to_le_bytes()).collect();
-    Ok(std::fs::write(path, encode("<f4", &shape_txt, &data)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+    encode("<f4", &shape_txt, &le_bytes(t))
+}
+
+/// A tensor's elements as little-endian float32 bytes, in C order.
+pub fn le_bytes(t: &Tensor) -> Vec<u8> {
+    match t.array().as_slice() {
+        // The common case, a contiguous tensor on a little-endian machine, is one copy.
+        Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
+        _ => t.array().iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
 }
 
 /// A version 1.0 `.npy` file: the header (`shape_txt` as NumPy writes it, e.g. `(3,)`), padded
