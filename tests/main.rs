@@ -7,6 +7,7 @@ mod format;
 mod gen;
 mod golden;
 mod gpu;
+mod jax;
 mod layers;
 mod lsp;
 mod python;

@@ -233,6 +233,17 @@ fn innermost<H: Host>(m: &H, a: u32, b: u32) -> u32 {
     m.inner_level(a, b).unwrap_or(a.max(b))
 }
 
+/// `live` on every leaf of a level's result, before that level ends: a leaf that escaped a
+/// finished inner level and was returned with no operation applied would otherwise hide the
+/// running levels' perturbations beneath a dead one (read as a constant: derivative 0).
+pub fn settle<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
+    match v {
+        // The common result: nothing to strip.
+        Value::Float(_) | Value::Tensor(_) => Ok(v),
+        v => map_leaves(v, &mut |leaf| Ok(live(m, leaf))),
+    }
+}
+
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
 /// `grad` or `jvp` (through a reference cell, say) is a plain value of the levels still live.
 fn live<H: Host>(m: &mut H, v: Value) -> Value {
@@ -260,13 +271,17 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match &x {
         Value::Dual(d) => {
             let dy = rules::un_deriv(op, m, &p, &y)?;
-            let tangent = m.prim2(Prim::Mul, dy, d.tangent.clone())?;
+            let tangent = rules::apply_deriv(op, m, d.tangent.clone(), dy)?;
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
             let tensor = is_tensor(&p);
             // On a tensor the derivative is tensor work: left to the backward pass.
             let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
+            if rules::selects(op) && matches!(dy, Some(Value::Float(z)) if z == 0.0) {
+                // Nothing can flow back through a selected-out derivative: y is a constant here.
+                return Ok(y);
+            }
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = match dy {
                 Some(dy) => AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None },
@@ -460,7 +475,7 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                 match op {
                     Deferred::Un(op, x) => {
                         let dy = rules::un_deriv(op, m, &x.primal, &out.primal)?;
-                        let c = mul(m, g, dy)?;
+                        let c = rules::apply_deriv(op, m, g, dy)?;
                         accumulate(m, &x, c)?;
                     }
                     Deferred::Bin(p, a, b) => {

@@ -74,6 +74,9 @@ impl Backend for GpuTensor {
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self> {
         k::unslice(self, axis, lo, shape)
     }
+    fn mask(&self, m: &Self) -> TResult<Self> {
+        k::binary(Bin::Mask, self, m)
+    }
     fn step(&self) -> TResult<Self> {
         k::unary(UnOp::Step, self, 0.0, 0.0)
     }
