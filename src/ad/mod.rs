@@ -31,7 +31,8 @@
 //! outer `grad` is live, is recorded by the outer level like any other code. `jvp` is a
 //! delimiter too (`Jvp(tag)`), holding nothing (forward mode needs no continuation), so that
 //! every running level is a segment boundary: whether a level is live, and which of two is
-//! nested in the other, is read off the delimiters in O(segments) (`innermost`, `live`).
+//! nested in the other, is read off the delimiters — the host indexes the running ones, so
+//! each question costs O(levels) (`innermost`, `live`).
 //!
 //! The data (tracked values, dual numbers, adjoint records) is the run-time layer's
 //! (runtime/perturbed.rs); the rules — `rules.rs` for scalars, `tensor.rs` for tensor
