@@ -9,7 +9,8 @@ use crate::core::Prim;
 use crate::runtime::perturbed::{AdjFrame, GradState};
 use crate::runtime::value::Value;
 use crate::runtime::FResult;
-use crate::tensor::TOp;
+use crate::tensor::{TOp, Tensor, Un};
+use std::rc::Rc;
 
 pub trait Host {
     /// Arithmetic on any values, perturbed ones included (those come back to `ad::binary`).
@@ -22,6 +23,23 @@ pub trait Host {
 
     /// A tensor operation of the op table on plain (unperturbed) values.
     fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value>;
+
+    /// A math function on every element of a plain tensor (reusing its buffer when nobody
+    /// else holds it).
+    fn unary(&mut self, op: Un, t: Rc<Tensor>) -> FResult<Tensor>;
+
+    /// `out = x' @ y' + beta · out` in place (x' is x, or its transpose with `tx`; likewise
+    /// y'), for the fused reverse rule of `@` (ad/matmul.rs). `Ok(false)` means this host
+    /// cannot (a staging host, whose tensors are symbolic), and the generic rule runs instead.
+    fn product_into(
+        &mut self,
+        out: &mut Tensor,
+        x: &Tensor,
+        tx: bool,
+        y: &Tensor,
+        ty: bool,
+        beta: f32,
+    ) -> FResult<bool>;
 
     /// The handler of the running `grad` of `tag` (the state in its delimiter), where the
     /// adjoint records of that level go; `None` when that `grad` is not running.

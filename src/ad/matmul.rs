@@ -7,25 +7,32 @@ use super::Host;
 use super::{accumulate, Tracked};
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
-use crate::tensor::{cpu::product_into, Tensor};
+use crate::tensor::Tensor;
 use std::rc::Rc;
 
 /// The matrix product's adjoint for input `i` without temporaries: dA += G Bᵀ and dB += Aᵀ G go
 /// straight into the adjoint buffer (transposes are strided views), and outer products
 /// (matrix-vector products) wait in `outer` to be summed in one go. Only the first-order case
-/// on the CPU qualifies (plain operands, an adjoint buffer nobody else holds); false leaves the
-/// input to the generic rule.
-pub(super) fn adjoint_into(primals: &[Value], g: &Value, i: usize, cell: &Rc<Tracked>, outer: &mut OuterSums) -> bool {
+/// on the CPU qualifies (plain operands, an adjoint buffer nobody else holds, a host that
+/// multiplies in place); false leaves the input to the generic rule.
+pub(super) fn adjoint_into<H: Host>(
+    m: &mut H,
+    primals: &[Value],
+    g: &Value,
+    i: usize,
+    cell: &Rc<Tracked>,
+    outer: &mut OuterSums,
+) -> FResult<bool> {
     let (Value::Tensor(a), Value::Tensor(b), Value::Tensor(g)) = (&primals[0], &primals[1], g) else {
-        return false;
+        return Ok(false);
     };
     if a.is_gpu() || b.is_gpu() || g.is_gpu() {
-        return false;
+        return Ok(false);
     }
     match (i, a.shape().len(), b.shape().len()) {
         // A @ b with b a vector: dA += g ⊗ b.  a @ B with a a vector: dB += a ⊗ g.
-        (0, 2, 1) => return outer.push(cell, g.clone(), b.clone()),
-        (1, 1, 2) => return outer.push(cell, a.clone(), g.clone()),
+        (0, 2, 1) => return Ok(outer.push(cell, g.clone(), b.clone())),
+        (1, 1, 2) => return Ok(outer.push(cell, a.clone(), g.clone())),
         _ => {}
     }
     let shape = if i == 0 { a.shape() } else { b.shape() };
@@ -35,25 +42,24 @@ pub(super) fn adjoint_into(primals: &[Value], g: &Value, i: usize, cell: &Rc<Tra
         Some(Value::Tensor(t)) if !t.is_gpu() && t.shape() == shape => t,
         other => {
             *slot = other;
-            return false;
+            return Ok(false);
         }
     };
     let Some(buf) = Rc::get_mut(&mut target) else {
         *slot = Some(Value::Tensor(target));
-        return false;
+        return Ok(false);
     };
-    let (a, b, g, out) = (a.array(), b.array(), g.array(), buf.array_mut());
-    let done = match (i, a.ndim(), b.ndim()) {
-        (0, 2, 2) => product_into(out, g, false, b, true, 1.0),
-        (1, 2, 2) => product_into(out, a, true, g, false, 1.0),
+    let done = match (i, a.shape().len(), b.shape().len()) {
+        (0, 2, 2) => m.product_into(buf, g, false, b, true, 1.0),
+        (1, 2, 2) => m.product_into(buf, a, true, g, false, 1.0),
         // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
-        (1, 2, 1) => product_into(out, g, false, a, false, 1.0),
-        (0, 1, 2) => product_into(out, b, false, g, false, 1.0),
-        _ => Err(crate::tensor::TensorError::new("")),
+        (1, 2, 1) => m.product_into(buf, g, false, a, false, 1.0),
+        (0, 1, 2) => m.product_into(buf, b, false, g, false, 1.0),
+        _ => Ok(false),
     };
-    // On failure nothing was written (shapes are checked first), so the buffer goes back as is.
+    // A refusal writes nothing (shapes are checked first), so the buffer goes back as is.
     *slot = Some(Value::Tensor(target));
-    done.is_ok()
+    done
 }
 
 /// Outer-product adjoints (dW += u ⊗ v, from matrix-vector products), collected per input
@@ -85,7 +91,8 @@ impl OuterSums {
         match self.cells.iter().position(|(c, _)| std::ptr::eq(&**c, cell)) {
             Some(k) => {
                 let (cell, pairs) = self.cells.swap_remove(k);
-                accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))
+                let sum = outer_sum(m, &pairs)?;
+                accumulate(m, &cell, sum)
             }
             None => Ok(()),
         }
@@ -93,15 +100,16 @@ impl OuterSums {
 
     pub(super) fn flush_all<H: Host>(&mut self, m: &mut H) -> FResult<()> {
         for (cell, pairs) in std::mem::take(&mut self.cells) {
-            accumulate(m, &cell, Value::Tensor(Rc::new(outer_sum(&pairs)?)))?;
+            let sum = outer_sum(m, &pairs)?;
+            accumulate(m, &cell, sum)?;
         }
         Ok(())
     }
 }
 
 /// Σ uₖ ⊗ vₖ as Uᵀ V, with the vectors stacked as the rows of U and V.
-fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
-    let stack = |pick: fn(&OuterPair) -> &Rc<Tensor>| -> FResult<ndarray::ArrayD<f32>> {
+fn outer_sum<H: Host>(m: &mut H, pairs: &[OuterPair]) -> FResult<Value> {
+    let stack = |pick: fn(&OuterPair) -> &Rc<Tensor>| -> FResult<Tensor> {
         let n = pick(&pairs[0]).len();
         let mut data = Vec::with_capacity(n * pairs.len());
         for p in pairs {
@@ -114,10 +122,14 @@ fn outer_sum(pairs: &[OuterPair]) -> FResult<Tensor> {
                 None => data.extend(a.iter().copied()),
             }
         }
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[pairs.len(), n]), data).map_err(|e| Fault::new(e.to_string()))
+        Ok(Tensor::from_vec(&[pairs.len(), n], data)?)
     };
     let (u, v) = (stack(|p| &p.0)?, stack(|p| &p.1)?);
-    let mut out = ndarray::ArrayD::zeros(ndarray::IxDyn(&[u.shape()[1], v.shape()[1]]));
-    product_into(&mut out, &u, true, &v, false, 0.0)?;
-    Ok(Tensor::from_array(out))
+    let mut out = Tensor::zeros(&[u.shape()[1], v.shape()[1]]);
+    if m.product_into(&mut out, &u, true, &v, false, 0.0)? {
+        return Ok(Value::Tensor(Rc::new(out)));
+    }
+    // A host that cannot multiply in place gets the same sum as an ordinary product.
+    let ut = m.forward(&crate::tensor::TOp::Transpose, &[Value::Tensor(Rc::new(u))])?;
+    m.forward(&crate::tensor::TOp::MatMul, &[ut, Value::Tensor(Rc::new(v))])
 }

@@ -50,7 +50,7 @@ use crate::runtime::perturbed::{
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
-use crate::tensor::{cpu::elementwise, TOp, Tensor, Un};
+use crate::tensor::{TOp, Tensor, Un};
 pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -161,7 +161,7 @@ fn primal_at(v: &Value, tag: u32) -> Value {
 pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
-        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(elementwise::unary(op, t)?))),
+        Value::Tensor(t) => Ok(Value::Tensor(Rc::new(m.unary(op, t)?))),
         other => unary(m, op, other),
     }
 }
@@ -497,8 +497,8 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                 let mut needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
                 if op == TOp::MatMul {
                     for (i, inp) in inputs.iter().enumerate() {
-                        if inp.as_ref().is_some_and(|cell| matmul::adjoint_into(&primals, &g, i, cell, &mut outer)) {
-                            needs[i] = false;
+                        if let Some(cell) = inp {
+                            needs[i] = !matmul::adjoint_into(m, &primals, &g, i, cell, &mut outer)?;
                         }
                     }
                     if !needs.contains(&true) {

@@ -7,7 +7,8 @@ use crate::core::Prim;
 use crate::runtime::perturbed::{AdjFrame, GradState};
 use crate::runtime::value::Value;
 use crate::runtime::FResult;
-use crate::tensor::TOp;
+use crate::tensor::{cpu, TOp, Tensor, Un};
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 impl Host for Machine {
@@ -21,6 +22,21 @@ impl Host for Machine {
     }
     fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value> {
         crate::runtime::tensor::forward(op, args)
+    }
+    fn unary(&mut self, op: Un, t: Rc<Tensor>) -> FResult<Tensor> {
+        Ok(cpu::elementwise::unary(op, t)?)
+    }
+    fn product_into(
+        &mut self,
+        out: &mut Tensor,
+        x: &Tensor,
+        tx: bool,
+        y: &Tensor,
+        ty: bool,
+        beta: f32,
+    ) -> FResult<bool> {
+        // Shapes are checked before anything is written, so a refusal leaves `out` as it was.
+        Ok(cpu::product_into(out.array_mut(), x.array(), tx, y.array(), ty, beta).is_ok())
     }
     #[inline]
     fn handler(&mut self, tag: u32) -> Option<&mut GradState> {
