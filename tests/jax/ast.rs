@@ -77,13 +77,10 @@ pub struct Gen<'a> {
 
 impl Gen<'_> {
     pub fn scalar(&mut self) -> S {
-        let leaf = self.depth >= 5 || self.rng.chance(0.2 + 0.1 * self.depth as f64);
+        // The root is never a leaf: a constant or the identity tests nothing.
+        let leaf = self.depth >= 5 || (self.depth > 0 && self.rng.chance(0.15 + 0.1 * self.depth as f64));
         if leaf {
-            return if self.rng.chance(0.7) {
-                S::Var(self.rng.below(self.vars))
-            } else {
-                S::Const(number(self.rng))
-            };
+            return if self.rng.chance(0.7) { S::Var(self.rng.below(self.vars)) } else { S::Const(number(self.rng)) };
         }
         self.depth += 1;
         let weights = [3.0, 4.0, 1.0, 0.6, 0.8, 0.4, 0.5, 0.5];
@@ -210,7 +207,7 @@ pub fn values(rng: &mut Rng, n: usize, edge: f64) -> Vec<f64> {
 
 impl Gen<'_> {
     pub fn tensor(&mut self) -> T {
-        if self.depth >= 4 || self.rng.chance(0.2 + 0.15 * self.depth as f64) {
+        if self.depth >= 4 || (self.depth > 0 && self.rng.chance(0.15 + 0.15 * self.depth as f64)) {
             return if self.rng.chance(0.8) { T::Param } else { T::Const(values(self.rng, 6, 0.0)) };
         }
         self.depth += 1;
@@ -218,7 +215,9 @@ impl Gen<'_> {
         let e = match self.rng.weighted(&weights) {
             0 => T::Un(self.rng.below(UNARY.len()), Box::new(self.tensor())),
             1 => T::Bin(self.rng.below(BINARY.len()), Box::new(self.tensor()), Box::new(self.tensor())),
-            2 => T::Scalar(self.rng.below(BINARY.len()), Box::new(self.tensor()), number(self.rng), self.rng.chance(0.5)),
+            2 => {
+                T::Scalar(self.rng.below(BINARY.len()), Box::new(self.tensor()), number(self.rng), self.rng.chance(0.5))
+            }
             3 => T::PowC(Box::new(self.tensor()), *self.rng.pick(&[2.0, 3.0, 0.5])),
             4 => T::MatMul(Box::new(self.tensor()), values(self.rng, 9, 0.0)),
             5 => T::Softmax(Box::new(self.tensor())),

@@ -1,7 +1,8 @@
 //! Differential testing of derivatives against JAX (issue 16): random dp programs and the
 //! equivalent JAX programs, printed from one tree (`ast.rs`), run in batches — one dp process
 //! and one Python process per batch, since JAX takes a second to start — and compared number
-//! by number.
+//! by number. JAX runs eagerly (`jax_disable_jit`): every case is a new function, so compiling
+//! each would cost more than it saves.
 //!
 //! - Scalar cases (float64, `jax_enable_x64`): a random expression f of one variable with math
 //!   functions, arithmetic, powers, control flow on values (`if a < b`, as `lax.cond`), loops
@@ -30,7 +31,7 @@
 //! 0, JAX NaN); the exponent is a constant or the base a positive constant.
 //!
 //! Environment: `DP_JAX_COUNT=n` cases of each kind (default 150), `DP_JAX_SEED=s` (default
-//! fixed; case i uses seed s + i). Without JAX (`DP_PYTHON`, see tests/python.rs) the test is
+//! fixed; case i uses seed s + i), `DP_JAX_KEEP=1` keeps the programs. Without JAX (`DP_PYTHON`, see tests/python.rs) the test is
 //! skipped with a notice, or fails under `DP_REQUIRE_PYTHON=1`. Failing batches are kept under
 //! `$TMPDIR/dp-jax-*/` with both programs.
 
@@ -46,7 +47,7 @@ use std::time::Duration;
 
 const DEFAULT_COUNT: usize = 150;
 const DEFAULT_SEED: u64 = 16_000;
-const BATCH: usize = 100;
+const BATCH: usize = 50;
 const LIMIT: Duration = Duration::from_secs(300);
 
 enum Case {
@@ -82,6 +83,7 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
     let mut py = String::from(
         "import functools, math\nimport jax, jax.numpy as jnp, jax.scipy.special\n\
          jax.config.update('jax_enable_x64', True)\n\
+         jax.config.update('jax_disable_jit', True)\n\
          def _f(x): return jnp.asarray(x, dtype=jnp.float64)\n\
          def fmt(x):\n    x = float(x)\n    if math.isnan(x): return 'nan'\n\
          \x20   if math.isinf(x): return 'infinity' if x > 0 else '-infinity'\n    return repr(x)\n\
@@ -104,7 +106,11 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                      grad (grad (grad f{i})) {x}, snd (jvp (grad f{i}) {x} {t}), grad (fun y -> snd (jvp f{i} y {t})) {x})"
                 );
                 let (xj, tj) = (lit(case_x(case), false), lit(case_t(case), false));
-                let _ = writeln!(py, "case({i}, lambda: scalar(lambda v0: _f({}), _f({xj}), _f({tj})))", print_scalar(f, false, 1));
+                let _ = writeln!(
+                    py,
+                    "case({i}, lambda: scalar(lambda v0: _f({}), _f({xj}), _f({tj})))",
+                    print_scalar(f, false, 1)
+                );
             }
             Case::Tensor { f, reduce, x, v } => {
                 let (rd, rj) = REDUCE[*reduce];
@@ -115,7 +121,8 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                     "let () = println ({i}, f{i} {xd}, grad f{i} {xd}, snd (jvp f{i} {xd} {vd}), snd (jvp (grad f{i}) {xd} {vd}))"
                 );
                 let (xj, vj) = (tensor_lit(x, 3, false), tensor_lit(v, 3, false));
-                let _ = writeln!(py, "case({i}, lambda: tensor(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
+                let _ =
+                    writeln!(py, "case({i}, lambda: tensor(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
             }
         }
     }
@@ -140,7 +147,8 @@ fn agree(d: f64, j: f64, f32: bool, atol: f64) -> bool {
     if d.is_nan() || j.is_nan() {
         return d.is_nan() && j.is_nan();
     }
-    let overflowed = |a: f64, b: f64| a.is_infinite() && (b == a || (f32 && b.abs() > 1e37 && b.signum() == a.signum()));
+    let overflowed =
+        |a: f64, b: f64| a.is_infinite() && (b == a || (f32 && b.abs() > 1e37 && b.signum() == a.signum()));
     if d.is_infinite() || j.is_infinite() {
         return overflowed(d, j) || overflowed(j, d);
     }
@@ -169,8 +177,8 @@ fn compare(case: &Case, dp: &[f64], jax: &[f64]) -> Option<String> {
     }
 }
 
-/// Runs one batch; the failures' reports.
-fn run_batch(python: &Path, cases: &[(usize, Case)], dir: &Path) -> Vec<String> {
+/// Runs one batch: the failures' reports and how many numbers were compared.
+fn run_batch(python: &Path, cases: &[(usize, Case)], dir: &Path) -> (Vec<String>, usize) {
     let (dp_src, py_src) = programs(cases);
     let first = cases.first().map_or(0, |c| c.0);
     let (dp_path, py_path) = (dir.join(format!("batch{first}.dp")), dir.join(format!("batch{first}.py")));
@@ -183,8 +191,9 @@ fn run_batch(python: &Path, cases: &[(usize, Case)], dir: &Path) -> Vec<String> 
     cmd.arg(&py_path).env("JAX_PLATFORMS", "cpu").env("TF_CPP_MIN_LOG_LEVEL", "3");
     let j = run_with_timeout(cmd, LIMIT);
     if d.code != Some(0) || crate::golden::has_internal_fault(&d.stdout, &d.stderr) {
-        return vec![format!("batch {}: dp failed ({:?}): {}", dp_path.display(), d.code, d.stderr.trim())];
+        return (vec![format!("batch {}: dp failed ({:?}): {}", dp_path.display(), d.code, d.stderr.trim())], 0);
     }
+    let mut compared = 0;
     let dp_lines: Vec<Vec<f64>> = d.stdout.lines().map(crate::golden::numbers).collect();
     let mut failures = Vec::new();
     for (k, (i, case)) in cases.iter().enumerate() {
@@ -199,13 +208,14 @@ fn run_batch(python: &Path, cases: &[(usize, Case)], dir: &Path) -> Vec<String> 
         }
         let jax: Vec<f64> = crate::golden::numbers(jline).into_iter().skip(1).collect();
         let dp: Vec<f64> = dp_lines.get(k).map(|l| l.iter().skip(1).copied().collect()).unwrap_or_default();
+        compared += jax.len();
         if let Some(why) = compare(case, &dp, &jax) {
             let src = py_src.lines().find(|l| l.starts_with(&format!("case({i},"))).unwrap_or("");
             let dsrc = dp_src.lines().find(|l| l.starts_with(&format!("let f{i} ="))).unwrap_or("");
             failures.push(format!("case {i} ({}): {why}\n    {dsrc}\n    {src}", dp_path.display()));
         }
     }
-    failures
+    (failures, compared)
 }
 
 fn env_num(name: &str) -> Option<u64> {
@@ -228,18 +238,43 @@ fn derivatives_agree_with_jax_on_random_programs() {
     let batches: Vec<&[(usize, Case)]> = cases.chunks(BATCH).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
-    let failures: Vec<String> = std::thread::scope(|scope| {
+    let (failures, compared): (Vec<String>, usize) = std::thread::scope(|scope| {
         let work = || {
-            let mut out = Vec::new();
+            let (mut out, mut n) = (Vec::new(), 0);
             while let Some(b) = batches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                out.extend(run_batch(&python, b, &dir));
+                let (f, k) = run_batch(&python, b, &dir);
+                out.extend(f);
+                n += k;
             }
-            out
+            (out, n)
         };
         let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|_| vec!["a worker panicked".into()])).collect()
+        handles.into_iter().fold((Vec::new(), 0), |(mut all, total), h| {
+            let (f, k) = h.join().unwrap_or_else(|_| (vec!["a worker panicked".into()], 0));
+            all.extend(f);
+            (all, total + k)
+        })
     });
-    eprintln!("jax: {} cases ({count} scalar, {count} tensor), seed {seed}: {} disagree", cases.len(), failures.len());
+    eprintln!(
+        "jax: {} cases ({count} scalar, {count} tensor), seed {seed}: {compared} numbers compared, {} cases disagree",
+        cases.len(),
+        failures.len()
+    );
     assert!(failures.is_empty(), "dp and JAX disagree on {} case(s):\n{}", failures.len(), failures.join("\n"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // Every case printed its numbers: 7 for a scalar case, 14 for a tensor case.
+    assert!(compared == count * 21, "{compared} numbers compared, expected {}", count * 21);
+    if std::env::var("DP_JAX_KEEP").is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn jax_agreement_rules() {
+    assert!(agree(f64::NAN, f64::NAN, false, 0.0));
+    assert!(!agree(f64::NAN, 1.0, false, 1.0) && !agree(1.0, f64::NAN, true, 1.0));
+    assert!(!agree(f64::INFINITY, f64::NEG_INFINITY, true, 1.0));
+    assert!(!agree(f64::INFINITY, 1e300, false, 0.0));
+    assert!(agree(f64::INFINITY, 3e38, true, 0.0) && !agree(f64::INFINITY, -3e38, true, 0.0));
+    assert!(agree(1.0, 1.0 + 1e-12, false, 1e-9) && !agree(1.0, 1.001, false, 1e-9));
+    assert!(agree(1.0, 1.001, true, 1e-4) && !agree(1.0, 1.01, true, 1e-4));
 }

@@ -3,8 +3,8 @@
 
 use crate::ad;
 use crate::builtins::B;
-use crate::eval::machine::Machine;
 use crate::core::Prim;
+use crate::eval::machine::Machine;
 use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;

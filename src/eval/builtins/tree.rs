@@ -36,7 +36,15 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
     }
     let w = match strip(&x) {
         Value::Float(s) => {
-            let side = |above: bool, on: bool| if above { 1.0 } else if on { 0.5 } else { 0.0 };
+            let side = |above: bool, on: bool| {
+                if above {
+                    1.0
+                } else if on {
+                    0.5
+                } else {
+                    0.0
+                }
+            };
             let at_lo = s.max(lo);
             let w = side(s > lo, s == lo) * side(at_lo < hi, at_lo == hi);
             if w == 1.0 {
