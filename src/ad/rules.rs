@@ -111,7 +111,7 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             // a = 0, and the higher derivatives of an integral power reach b = 0 (the third
             // derivative of a ** 2.0 at 0 is 0).
             let da = match strip(&b) {
-                Value::Float(z) if z == 0.0 => super::zero_like(&da),
+                Value::Float(0.0) => super::zero_like(&da),
                 Value::Float(_) => da,
                 bv => {
                     let abs = super::apply_un(m, Un::Abs, bv)?;

@@ -892,21 +892,7 @@ impl Machine {
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
-            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
-                // Every ordering with NaN is false (IEEE, as the unperturbed fast path and
-                // JAX): a perturbed NaN must take the branch a plain one takes.
-                let nan = |v: &Value| matches!(strip(v), Float(x) if x.is_nan());
-                if nan(&a) || nan(&b) {
-                    return Ok(Bool(false));
-                }
-                let o = compare(&a, &b)?;
-                Bool(match p {
-                    Prim::Lt => o.is_lt(),
-                    Prim::Le => o.is_le(),
-                    Prim::Gt => o.is_gt(),
-                    _ => o.is_ge(),
-                })
-            }
+            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => Bool(ordered(p, &a, &b)?),
             (Prim::Cons, _, _) => Value::cons(a, b),
             (Prim::Append, Str(x), Str(y)) => Str(Rc::new(format!("{x}{y}"))),
             (Prim::Append, _, _) => {
@@ -1085,6 +1071,24 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
         }
     }
     Ok(true)
+}
+
+/// `a < b` (or `<=`, `>`, `>=`): false whenever either side is NaN (IEEE, as the unperturbed
+/// fast path and JAX), so a perturbed NaN takes the branch a plain one takes. Out of line: it
+/// keeps `prim2`, which the interpreter loop inlines, small.
+#[inline(never)]
+fn ordered(p: Prim, a: &Value, b: &Value) -> FResult<bool> {
+    let nan = |v: &Value| matches!(strip(v), Value::Float(x) if x.is_nan());
+    if nan(a) || nan(b) {
+        return Ok(false);
+    }
+    let o = compare(a, b)?;
+    Ok(match p {
+        Prim::Lt => o.is_lt(),
+        Prim::Le => o.is_le(),
+        Prim::Gt => o.is_gt(),
+        _ => o.is_ge(),
+    })
 }
 
 pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {
