@@ -308,6 +308,11 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     let tag = innermost(m, tag_of(&a), tag_of(&b));
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
+    if p == Prim::Pow && !b_in && matches!(strip(&pb), Value::Float(z) if z == 0.0) {
+        // a ** 0 is the constant 1 at this level (JAX's symbolic zero): recording it would
+        // multiply its zero partial into adjoints that may be infinite (0 · inf).
+        return m.prim2(p, pa, pb);
+    }
     let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
     if !is_dual {
         if let Some((y, da, db)) = rules::scalar_partials(p, &pa, &pb) {

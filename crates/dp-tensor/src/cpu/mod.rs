@@ -39,6 +39,10 @@ impl Backend for ArrayD<f32> {
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = self.max_all()?;
+        // An infinite (or NaN) maximum is the result: exp(x - m) would be exp(inf - inf).
+        if !m.is_finite() {
+            return Ok(m);
+        }
         let s: f64 = self.iter().map(|&x| (x as f64 - m).exp()).sum();
         Ok(m + s.ln())
     }

@@ -29,6 +29,10 @@ impl Backend for GpuTensor {
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = k::reduce_all(self, Fold::Max, 0.0)?;
+        // An infinite (or NaN) maximum is the result, as on the CPU.
+        if !m.is_finite() {
+            return Ok(m as f64);
+        }
         let s = k::reduce_all(self, Fold::SumExp, m)?;
         Ok(m as f64 + (s as f64).ln())
     }
