@@ -10,6 +10,7 @@ mod fuzz_bodies;
 mod gen;
 mod golden;
 mod gpu;
+mod jax;
 mod jupyter;
 mod layers;
 mod lsp;

@@ -48,6 +48,15 @@ pub enum Control {
     Catch { body: Value, handler: Value },
 }
 
+/// A running `grad` (its prompt) or `jvp` on the segmented stack.
+#[derive(Clone, Copy)]
+struct Level {
+    tag: u32,
+    /// The index of the segment this level's delimiter ends (`segs.len()`: the running one).
+    pos: usize,
+    grad: bool,
+}
+
 /// Raised when the program calls `exit`.
 pub struct ExitRequest(pub i32);
 
@@ -59,6 +68,11 @@ pub struct Machine {
     segs: Vec<Segment>,
     /// Frames held by the segments in `segs`.
     seg_frames: usize,
+    /// The running differentiation levels, bottom first: each `grad` prompt or `jvp` delimiter
+    /// on the stack with the position of its segment (`segs.len()` for the running one). Kept
+    /// beside the segments so that finding a level's handler, whether it is live and which of
+    /// two is inner cost O(levels), however many `reset`s lie between them.
+    levels: Vec<Level>,
     pub stack_limit: usize,
     pub interrupt: Arc<AtomicBool>,
     pub fuel: Option<u64>,
@@ -91,6 +105,7 @@ impl Machine {
             delim: Delim::Base,
             segs: Vec::new(),
             seg_frames: 0,
+            levels: Vec::new(),
             stack_limit: DEFAULT_STACK_LIMIT,
             interrupt: Arc::new(AtomicBool::new(false)),
             fuel: None,
@@ -111,6 +126,7 @@ impl Machine {
         self.stack.clear();
         self.frames.clear();
         self.segs.clear();
+        self.levels.clear();
         self.seg_frames = 0;
         self.delim = Delim::Base;
         let clo = Rc::new(Closure { func, env: Vec::new() });
@@ -123,6 +139,7 @@ impl Machine {
             self.stack.clear();
             self.frames.clear();
             self.segs.clear();
+            self.levels.clear();
             self.seg_frames = 0;
         }
         r
@@ -688,6 +705,12 @@ impl Machine {
 
     /// Suspends the running segment and starts an empty one ended by `delim`.
     fn push_segment(&mut self, delim: Delim) {
+        let level = match delim {
+            Delim::GradPrompt(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: true }),
+            Delim::Jvp(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: false }),
+            _ => None,
+        };
+        self.levels.extend(level);
         let seg = Segment {
             stack: std::mem::take(&mut self.stack),
             frames: std::mem::take(&mut self.frames),
@@ -701,6 +724,9 @@ impl Machine {
     /// segment state that was running.
     fn restore_below(&mut self) -> FResult<Delim> {
         let seg = self.segs.pop().ok_or_else(|| Fault::internal("a delimiter with no segment below it"))?;
+        if self.levels.last().is_some_and(|l| l.pos > self.segs.len()) {
+            self.levels.pop();
+        }
         self.seg_frames -= seg.frames.len();
         self.stack = seg.stack;
         self.frames = seg.frames;
@@ -719,6 +745,10 @@ impl Machine {
                 Ok(Some(Action::Return(v)))
             }
             Delim::GradPrompt(_) => {
+                // Settled while the levels that `f` ran under are all still live: a result that
+                // escaped a finished inner level (through a reference cell) is seen as its
+                // value at the running levels, this one included.
+                let v = ad::settle(self, v)?;
                 self.restore_below()?;
                 // Now the handler segment is running: the backward pass is its work.
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
@@ -730,6 +760,7 @@ impl Machine {
             }
             Delim::GradHandler(_) => Err(Fault::internal("returned into a grad handler")),
             &Delim::Jvp(tag) => {
+                let v = ad::settle(self, v)?;
                 self.restore_below()?;
                 Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
             }
@@ -757,6 +788,9 @@ impl Machine {
                     }
                 };
                 let mut captured: Vec<Segment> = self.segs.drain(first..).collect();
+                // The captured levels stop running; resuming the continuation pushes them again.
+                let live = self.levels.partition_point(|l| l.pos < first);
+                self.levels.truncate(live);
                 self.seg_frames -= captured.iter().map(|s| s.frames.len()).sum::<usize>();
                 captured.push(Segment {
                     stack: std::mem::take(&mut self.stack),
@@ -831,30 +865,25 @@ impl Machine {
     /// Whether the `grad` or `jvp` of `tag` is running: its delimiter is on the stack. A
     /// value perturbed by a level that is not running has escaped it.
     pub fn level_is_live(&self, tag: u32) -> bool {
-        self.delims().any(|d| matches!(d, Delim::GradPrompt(t) | Delim::Jvp(t) if *t == tag))
+        self.levels.iter().rev().any(|l| l.tag == tag)
     }
 
     /// Of two running levels, the one nested inside the other: its delimiter is the higher
-    /// of the two on the stack. One look at each segment's delimiter, never at frames, so
-    /// this costs O(segments) however deep the differentiated recursion is. `None` when
-    /// neither is running.
+    /// of the two on the stack. `None` when neither is running. O(levels): the running levels
+    /// are indexed beside the segments, so neither a deep recursion (frames) nor many
+    /// `reset`s (segments) make it slower.
     pub fn inner_level(&self, a: u32, b: u32) -> Option<u32> {
-        self.delims().find_map(|d| match d {
-            Delim::GradPrompt(t) | Delim::Jvp(t) if *t == a || *t == b => Some(*t),
-            _ => None,
-        })
+        self.levels.iter().rev().find(|l| l.tag == a || l.tag == b).map(|l| l.tag)
     }
 
-    /// The handler segment collecting adjoints for `tag`, if that `grad` is still running.
+    /// The handler segment collecting adjoints for `tag`, if that `grad` is still running: the
+    /// segment just below its prompt.
     pub fn grad_handler(&mut self, tag: u32) -> Option<&mut GradState> {
-        let idx = if matches!(self.delim, Delim::GradPrompt(t) if t == tag) {
-            self.segs.len().checked_sub(1)?
-        } else {
-            let p =
-                (1..self.segs.len()).rev().find(|&i| matches!(self.segs[i].delim, Delim::GradPrompt(t) if t == tag))?;
-            p - 1
-        };
-        match &mut self.segs[idx].delim {
+        let level = self.levels.iter().rev().find(|l| l.tag == tag)?;
+        if !level.grad {
+            return None;
+        }
+        match &mut self.segs.get_mut(level.pos.checked_sub(1)?)?.delim {
             Delim::GradHandler(s) => Some(s),
             _ => None,
         }
@@ -905,15 +934,7 @@ impl Machine {
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
-            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
-                let o = compare(&a, &b)?;
-                Bool(match p {
-                    Prim::Lt => o.is_lt(),
-                    Prim::Le => o.is_le(),
-                    Prim::Gt => o.is_gt(),
-                    _ => o.is_ge(),
-                })
-            }
+            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => Bool(ordered(p, &a, &b)?),
             (Prim::Cons, _, _) => Value::cons(a, b),
             (Prim::Append, Str(x), Str(y)) => Str(Rc::new(format!("{x}{y}"))),
             (Prim::Append, _, _) => {
@@ -1115,6 +1136,24 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
         }
     }
     Ok(true)
+}
+
+/// `a < b` (or `<=`, `>`, `>=`): false whenever either side is NaN (IEEE, as the unperturbed
+/// fast path and JAX), so a perturbed NaN takes the branch a plain one takes. Out of line: it
+/// keeps `prim2`, which the interpreter loop inlines, small.
+#[inline(never)]
+fn ordered(p: Prim, a: &Value, b: &Value) -> FResult<bool> {
+    let nan = |v: &Value| matches!(strip(v), Value::Float(x) if x.is_nan());
+    if nan(a) || nan(b) {
+        return Ok(false);
+    }
+    let o = compare(a, b)?;
+    Ok(match p {
+        Prim::Lt => o.is_lt(),
+        Prim::Le => o.is_le(),
+        Prim::Gt => o.is_gt(),
+        _ => o.is_ge(),
+    })
 }
 
 pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {

@@ -3,8 +3,9 @@
 
 use crate::ad;
 use crate::builtins::B;
+use crate::core::Prim;
 use crate::eval::machine::Machine;
-use crate::runtime::perturbed::strip;
+use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
@@ -40,8 +41,25 @@ fn checked_shape(dims: Vec<usize>) -> FResult<Vec<usize>> {
     }
 }
 
-/// Nested lists of Floats to a tensor (`tensor [[1.0, 2.0], [3.0, 4.0]]`).
-fn from_nested(v: &Value) -> FResult<Tensor> {
+/// Nested lists of Floats to a tensor (`tensor [[1.0, 2.0], [3.0, 4.0]]`). With perturbed
+/// elements, the tensor is assembled from them by differentiable operations (each element
+/// broadcast to [1], concatenated, reshaped), so derivatives flow through `tensor`.
+fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
+    let (shape, leaves) = nested(v)?;
+    if !leaves.iter().any(is_ad) {
+        let data = leaves.iter().map(|x| Ok(strip(x).as_float()? as f32)).collect::<FResult<Vec<_>>>()?;
+        return new(Tensor::from_vec(&shape, data)?);
+    }
+    let parts = leaves
+        .into_iter()
+        .map(|x| ad::tensor::call(m, TOp::BroadcastTo(vec![1]), vec![x]))
+        .collect::<FResult<Vec<_>>>()?;
+    let flat = ad::tensor::call(m, TOp::Concat(0), parts)?;
+    ad::tensor::call(m, TOp::Reshape(shape), vec![flat])
+}
+
+/// The shape of a nested list of Floats and its elements in row-major order.
+fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
     let mut shape = Vec::new();
     let mut cur = v.clone();
     while let Value::Nil | Value::Cons(_) = cur {
@@ -54,11 +72,11 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
         }
     }
     let mut data = Vec::new();
-    fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<f32>) -> FResult<()> {
+    fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<Value>) -> FResult<()> {
         if depth == shape.len() {
             return match strip(v) {
-                Value::Float(x) => {
-                    data.push(x as f32);
+                Value::Float(_) => {
+                    data.push(v.clone());
                     Ok(())
                 }
                 other => Err(Fault::new(format!("tensor: expected a Float, found a {}", other.type_name()))),
@@ -74,17 +92,36 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
         v.iter_list().try_for_each(|x| walk(x, depth + 1, shape, data))
     }
     walk(v, 0, &shape, &mut data)?;
-    Ok(Tensor::from_vec(&shape, data)?)
+    Ok((shape, data))
+}
+
+/// `to_list` of a perturbed tensor: each element read as a differentiable Float (flattened,
+/// then `Row` i and `Item`). Each element's reverse rule scatters into a tensor of the whole
+/// shape, so the backward pass costs O(n²) for n elements: fine for the small tensors this is
+/// used on inside a derivative.
+fn to_list_ad(m: &mut Machine, t: Value) -> FResult<Value> {
+    let n = ad::shape_of(&t).iter().product::<usize>();
+    let flat = ad::tensor::call(m, TOp::Reshape(vec![n]), vec![t])?;
+    let items = (0..n)
+        .map(|i| {
+            let r = ad::tensor::call(m, TOp::Row(i), vec![flat.clone()])?;
+            ad::tensor::call(m, TOp::Item, vec![r])
+        })
+        .collect::<FResult<Vec<_>>>()?;
+    Ok(Value::list(items.into_iter()))
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     Ok(match b {
-        B::TensorOf => new(from_nested(&arg())?)?,
+        B::TensorOf => tensor_of(m, &arg())?,
         B::Zeros => new_full(&shape_arg(&arg())?, 0.0)?,
         B::Ones => new_full(&shape_arg(&arg())?, 1.0)?,
         B::Full => {
             let s = shape_arg(&arg())?;
-            new_full(&s, arg().as_float()? as f32)?
+            match arg() {
+                v if is_ad(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
+                v => new_full(&s, v.as_float()? as f32)?,
+            }
         }
         B::Arange => {
             let n = checked_shape(vec![index(&arg(), "arange's length")?])?[0];
@@ -99,11 +136,26 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Uniform => {
             let seed = arg().as_int()?;
-            let (lo, hi) = (arg().as_float()?, arg().as_float()?);
+            let (lo_v, hi_v) = (arg(), arg());
+            let (lo, hi) = (lo_v.as_float()?, hi_v.as_float()?);
             let s = shape_arg(&arg())?;
-            let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
-            new(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)?
+            let mut rng = Rng::new(seed as u64);
+            let u: Vec<f64> = (0..n).map(|_| rng.uniform()).collect();
+            let values = new(Tensor::from_vec(&s, u.iter().map(|&u| (lo + (hi - lo) * u) as f32).collect())?)?;
+            if !is_ad(&lo_v) && !is_ad(&hi_v) {
+                values
+            } else {
+                // values + dlo + (dhi - dlo) · u, where dlo = lo - (lo's value) is 0 carrying
+                // lo's perturbation: the same numbers, with ∂/∂lo = 1 - u and ∂/∂hi = u.
+                let dlo = m.prim2(Prim::Sub, lo_v, Value::Float(lo))?;
+                let dhi = m.prim2(Prim::Sub, hi_v, Value::Float(hi))?;
+                let u = new(Tensor::from_vec(&s, u.iter().map(|&u| u as f32).collect())?)?;
+                let span = m.prim2(Prim::Sub, dhi, dlo.clone())?;
+                let spread = m.prim2(Prim::Mul, span, u)?;
+                let shifted = m.prim2(Prim::Add, values, dlo)?;
+                m.prim2(Prim::Add, shifted, spread)?
+            }
         }
         B::LoadNpy => new(npy::load(&arg().as_str()?)?)?,
         B::SaveNpy => {
@@ -182,7 +234,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Logsumexp => ad::tensor::call(m, TOp::Logsumexp, vec![arg()])?,
         B::Item => ad::tensor::call(m, TOp::Item, vec![arg()])?,
         B::ToList => {
-            let t = arg().as_tensor()?;
+            let t = arg();
+            if is_ad(&t) {
+                return to_list_ad(m, t);
+            }
+            let t = t.as_tensor()?;
             Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
         }
         B::ToDevice => {

@@ -39,6 +39,10 @@ macro_rules! with_bin {
                 let $f = f32::powf;
                 $body
             }
+            Bin::Mask => {
+                let $f = |x: f32, m: f32| if m > 0.0 { x } else { 0.0 };
+                $body
+            }
         }
     };
 }

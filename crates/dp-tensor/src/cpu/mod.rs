@@ -9,7 +9,7 @@ pub mod gemm;
 pub mod vmath;
 
 use crate::ops::Backend;
-use crate::{fmt_shape, TResult, Tensor};
+use crate::{fmt_shape, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
 impl Backend for ArrayD<f32> {
@@ -34,10 +34,15 @@ impl Backend for ArrayD<f32> {
         Ok(self.iter().fold(0.0, |s, &x| s + x as f64))
     }
     fn max_all(&self) -> TResult<f64> {
-        Ok(self.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64)
+        // NaN propagates (f32::max would skip it: a diverged loss would look finite).
+        Ok(self.iter().fold(f32::NEG_INFINITY, |a, &b| if a.is_nan() || b <= a { a } else { b }) as f64)
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = self.max_all()?;
+        // An infinite (or NaN) maximum is the result: exp(x - m) would be exp(inf - inf).
+        if !m.is_finite() {
+            return Ok(m);
+        }
         let s: f64 = self.iter().map(|&x| (x as f64 - m).exp()).sum();
         Ok(m + s.ln())
     }
@@ -118,6 +123,12 @@ impl Backend for ArrayD<f32> {
         out.slice_axis_mut(Axis(axis), Slice::from(lo..lo + n)).assign(self);
         Ok(out)
     }
+    fn mask(&self, m: &Self) -> TResult<Self> {
+        if self.shape() != m.shape() {
+            return Err(TensorError::internal("a mask of another shape"));
+        }
+        Ok(ndarray::Zip::from(self).and(m).map_collect(|&x, &m| if m > 0.0 { x } else { 0.0 }))
+    }
     fn step(&self) -> TResult<Self> {
         Ok(self.mapv(|x| if x > 0.0 { 1.0 } else { 0.0 }))
     }
@@ -145,11 +156,12 @@ impl Backend for ArrayD<f32> {
     }
 }
 
-/// The position of the first largest element (row-major), or None for an empty array.
+/// The position of the first NaN, else of the first largest element (row-major), as NumPy's
+/// argmax; None for an empty array.
 pub fn argmax(a: &ArrayD<f32>) -> Option<usize> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &x) in a.iter().enumerate() {
-        if best.is_none_or(|(_, b)| x > b) {
+        if best.is_none_or(|(_, b)| !b.is_nan() && (x.is_nan() || x > b)) {
             best = Some((i, x));
         }
     }
