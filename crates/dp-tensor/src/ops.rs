@@ -62,6 +62,17 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         let t = args.first().ok_or_else(|| TensorError::internal("`to_device` without an operand"))?;
         return Ok(Out::Tensor(t.to_device(*d)?));
     }
+    if let TOp::AsType(d) = op {
+        let t = args.first().ok_or_else(|| TensorError::internal("`astype` without an operand"))?;
+        if t.is_gpu() && *d != DType::F32 {
+            return Err(TensorError::new(format!(
+                "`astype \"{}\"` on a GPU tensor: the GPU backend holds float32 tensors only",
+                d.name()
+            ))
+            .help("move it to the CPU first with `to_device \"cpu\" t`"));
+        }
+        return Ok(Out::Tensor(t.astype(*d)?));
+    }
     let gpu = args.iter().any(|t| t.is_gpu());
     if gpu && args.iter().any(|t| !t.is_gpu()) {
         return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
@@ -169,7 +180,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
-        TOp::ToDevice(_) => Err(TensorError::internal("`to_device` is not a backend operation")),
+        TOp::ToDevice(_) | TOp::AsType(_) => Err(TensorError::internal(format!("{} is not a backend operation", op.name()))),
     }
 }
 

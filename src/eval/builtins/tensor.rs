@@ -8,7 +8,7 @@ use crate::runtime::perturbed::strip;
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
-use crate::tensor::{fmt_shape, gpu, npy, Device, Rng, TOp, Tensor};
+use crate::tensor::{fmt_shape, gpu, npy, DType, Device, Rng, TOp, Tensor};
 
 /// A new tensor, on the default device (`--device`).
 fn new(t: Tensor) -> FResult<Value> {
@@ -34,7 +34,8 @@ fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
     }
 }
 
-/// Nested lists of Floats to a tensor (`tensor [[1.0, 2.0], [3.0, 4.0]]`).
+/// Nested lists of Floats, Ints or Bools to a float32, int64 or bool tensor
+/// (`tensor [[1.0, 2.0], [3.0, 4.0]]`); the checker makes every leaf the same type.
 fn from_nested(v: &Value) -> FResult<Tensor> {
     let mut shape = Vec::new();
     let mut cur = v.clone();
@@ -48,14 +49,14 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
         }
     }
     let mut data = Vec::new();
-    fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<f32>) -> FResult<()> {
+    fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<Value>) -> FResult<()> {
         if depth == shape.len() {
             return match strip(v) {
-                Value::Float(x) => {
-                    data.push(x as f32);
+                leaf @ (Value::Float(_) | Value::Int(_) | Value::Bool(_)) => {
+                    data.push(leaf);
                     Ok(())
                 }
-                other => Err(Fault::new(format!("tensor: expected a Float, found a {}", other.type_name()))),
+                other => Err(Fault::new(format!("tensor: expected a Float, Int or Bool, found a {}", other.type_name()))),
             };
         }
         let n = v.iter_list().count();
@@ -68,7 +69,11 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
         v.iter_list().try_for_each(|x| walk(x, depth + 1, shape, data))
     }
     walk(v, 0, &shape, &mut data)?;
-    Ok(Tensor::from_vec(&shape, data)?)
+    Ok(match data.first() {
+        Some(Value::Int(_)) => Tensor::from_i64s(&shape, data.iter().map(Value::as_int).collect::<FResult<_>>()?)?,
+        Some(Value::Bool(_)) => Tensor::from_bools(&shape, data.iter().map(|b| matches!(b, Value::Bool(true))).collect())?,
+        _ => Tensor::from_vec(&shape, data.iter().map(|x| x.as_float().map(|x| x as f32)).collect::<FResult<_>>()?)?,
+    })
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
@@ -178,6 +183,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::ToList => {
             let t = arg().as_tensor()?;
             Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
+        }
+        B::Dtype => Value::Str(std::rc::Rc::new(arg().as_tensor()?.dtype().name().to_string())),
+        B::Astype => {
+            let name = arg().as_str()?;
+            let Some(d) = DType::parse(&name) else {
+                return Err(Fault::new(format!("unknown dtype `{name}` (known: float32, float64, int64, bool)")));
+            };
+            ad::tensor::call(m, TOp::AsType(d), vec![arg()])?
         }
         B::ToDevice => {
             let dev = arg().as_str()?;
