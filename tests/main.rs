@@ -2,6 +2,7 @@
 
 mod ad;
 mod docs;
+mod dtypes;
 mod editors;
 mod format;
 mod gen;

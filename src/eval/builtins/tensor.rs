@@ -182,7 +182,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Item => ad::tensor::call(m, TOp::Item, vec![arg()])?,
         B::ToList => {
             let t = arg().as_tensor()?;
-            Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
+            Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
         B::Dtype => Value::Str(std::rc::Rc::new(arg().as_tensor()?.dtype().name().to_string())),
         B::Astype => {
