@@ -25,6 +25,7 @@ pub enum B {
     Getenv,
     Exit,
     Error,
+    Catch,
     Float,
     Int,
     StringOfInt,
@@ -61,7 +62,13 @@ pub enum B {
     Randn,
     Uniform,
     LoadNpy,
+    ReadCsv,
+    LoadCsv,
     SaveNpy,
+    SaveParams,
+    LoadParams,
+    LoadNpz,
+    SaveNpz,
     Shape,
     Reshape,
     Transpose,
@@ -99,6 +106,7 @@ pub enum B {
     ProgressTick,
     ProgressFinish,
     Plot,
+    PlotWith,
 }
 
 /// `(name, implementation, type)`; a type may start with `Num a, Diff b =>` constraints.
@@ -126,6 +134,7 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("getenv", B::Getenv, "String -> Option String"),
     ("exit", B::Exit, "Int -> a"),
     ("error", B::Error, "String -> a"),
+    ("catch", B::Catch, "(Unit -> a) -> (String -> a) -> a"),
     ("float", B::Float, "Int -> Float"),
     ("int", B::Int, "Float -> Int"),
     ("string_of_int", B::StringOfInt, "Int -> String"),
@@ -164,6 +173,13 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("uniform", B::Uniform, "Int -> Float -> Float -> List Int -> Tensor"),
     ("load_npy", B::LoadNpy, "String -> Tensor"),
     ("save_npy", B::SaveNpy, "String -> Tensor -> Unit"),
+    ("read_csv", B::ReadCsv, "String -> List (List String)"),
+    ("load_csv", B::LoadCsv, "String -> Tensor"),
+    // checkpoints (safetensors) and .npz archives: src/eval/builtins/files.rs
+    ("save_params", B::SaveParams, "Diff a => String -> a -> Unit"),
+    ("load_params", B::LoadParams, "Diff a => String -> a -> a"),
+    ("load_npz", B::LoadNpz, "String -> List (String, Tensor)"),
+    ("save_npz", B::SaveNpz, "String -> List (String, Tensor) -> Unit"),
     ("shape", B::Shape, "Tensor -> List Int"),
     ("reshape", B::Reshape, "Tensor -> List Int -> Tensor"),
     ("transpose", B::Transpose, "Tensor -> Tensor"),
@@ -198,11 +214,16 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("tree_sum_squares", B::TreeSumSquares, "Diff a => a -> Float"),
     ("conv2d", B::Conv2d, "Tensor -> Tensor -> Tensor"),
     ("max_pool2d", B::MaxPool2d, "Int -> Tensor -> Tensor"),
-    // long work: a progress bar on a terminal (quiet otherwise) and SVG line charts
+    // long work: a progress bar on a terminal (quiet otherwise); line charts (src/plot)
     ("progress_start", B::ProgressStart, "Int -> String -> Unit"),
     ("progress_tick", B::ProgressTick, "Float -> Unit"),
     ("progress_finish", B::ProgressFinish, "Unit -> Unit"),
     ("plot", B::Plot, "String -> List Float -> Unit"),
+    (
+        "plot_with",
+        B::PlotWith,
+        "{ title : String, xlabel : String, ylabel : String, log_y : Bool } -> String -> List (String, List Float) -> Unit",
+    ),
 ];
 
 /// The most arguments any builtin takes.

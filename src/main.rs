@@ -35,11 +35,31 @@ enum Command {
     Repl,
     /// Run the language server (LSP over standard input and output).
     Lsp,
+    /// The Jupyter kernel: `dp jupyter install` registers it, Jupyter runs `dp jupyter kernel`.
+    Jupyter {
+        #[command(subcommand)]
+        action: Jupyter,
+    },
     /// Write the standard library's reference (names, types, doc comments) as Markdown.
     Doc {
         #[arg(default_value = "docs/stdlib.md")]
         out: String,
     },
+}
+
+#[derive(Subcommand)]
+enum Jupyter {
+    /// Register dp's kernel spec with Jupyter (by default in the user's Jupyter data directory).
+    Install {
+        /// Into the user's data directory (`JUPYTER_DATA_DIR`, else the platform's default).
+        #[arg(long, conflicts_with = "prefix")]
+        user: bool,
+        /// Into `DIR/share/jupyter` (a virtual environment, or a directory named by `JUPYTER_PATH`).
+        #[arg(long, value_name = "DIR")]
+        prefix: Option<String>,
+    },
+    /// Run the kernel on the connection file Jupyter wrote (Jupyter starts this itself).
+    Kernel { connection_file: String },
 }
 
 /// Applies `--device`; false (after saying why) when it cannot be honoured.
@@ -67,12 +87,25 @@ fn main() -> ExitCode {
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
         .spawn(move || match cli.command {
-            Some(Command::Run { .. }) | Some(Command::Repl) | None if !set_device(&cli.device) => 1,
+            Some(Command::Run { .. })
+            | Some(Command::Repl)
+            | Some(Command::Jupyter { action: Jupyter::Kernel { .. } })
+            | None
+                if !set_device(&cli.device) =>
+            {
+                1
+            }
             Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
             Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
             Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
             Some(Command::Lsp) => dp::lsp::serve(),
             Some(Command::Doc { out }) => dp::cli::doc(&out),
+            Some(Command::Jupyter { action: Jupyter::Install { prefix, .. } }) => {
+                dp::jupyter::install::command(prefix, &cli.device)
+            }
+            Some(Command::Jupyter { action: Jupyter::Kernel { connection_file } }) => {
+                dp::jupyter::kernel(&connection_file, cli.stack_limit)
+            }
         })
         .expect("spawn the interpreter thread");
     match handle.join() {

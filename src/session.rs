@@ -399,6 +399,12 @@ impl Session {
         self.machine.out = out;
     }
 
+    /// Where a training loop's progress and plots are reported (a terminal's bar by default;
+    /// the Jupyter kernel shows plots inline).
+    pub fn set_reporter(&mut self, reporter: Box<dyn crate::eval::builtins::progress::Reporter>) {
+        self.machine.reporter = reporter;
+    }
+
     /// The flag that interrupts a running evaluation when set (Ctrl-C).
     pub fn interrupt_flag(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
         self.machine.interrupt.clone()

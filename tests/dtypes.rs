@@ -25,7 +25,11 @@ const CASES: &[(&str, &str, &str)] = &[
     ("reshape i64 [3, 1]", "int64", "i64.reshape(3, 1)"),
     ("transpose (reshape b [1, 3])", "bool", "b.reshape(1, 3).T"),
     ("concat 0 [i64, i64]", "int64", "np.concatenate([i64, i64])"),
-    ("astype \"int64\" (tensor [1.7, -2.7, 0.5])", "int64", "np.array([1.7, -2.7, 0.5], dtype=np.float32).astype(np.int64)"),
+    (
+        "astype \"int64\" (tensor [1.7, -2.7, 0.5])",
+        "int64",
+        "np.array([1.7, -2.7, 0.5], dtype=np.float32).astype(np.int64)",
+    ),
     ("astype \"bool\" (tensor [0.0, -2.0])", "bool", "np.array([0.0, -2.0]) != 0"),
     ("astype \"float32\" x64", "float32", "x64.astype(np.float32)"),
     ("reshape x64 [3, 1] @ reshape x64 [1, 3]", "float64", "x64.reshape(3, 1) @ x64.reshape(1, 3)"),

@@ -451,7 +451,7 @@ fn gpu_forward_mode_and_second_order() {
 #[test]
 fn gpu_max_derivative_mask() {
     // The mask marks the first maximum in row-major order, as the CPU's argmax: ties go to the
-    // first, NaN never wins unless it comes first, -0 ties with +0. `argmax` of the mask (read
+    // first, the first NaN wins wherever it is (max propagates NaN), -0 ties with +0. `argmax` of the mask (read
     // on the host) says which index the GPU picked.
     check(&[
         Case { name: "random", tol: E, code: "let () = pm x" },
@@ -502,6 +502,37 @@ fn gpu_max_derivative_mask() {
             code: "let () = let (_, t) = jvp max (concat 0 [nan1, tensor [4.0, 5.0]]) (tensor [10.0, 20.0, 30.0]) in pf t",
         },
         Case { name: "grad of a product", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> max (a * y) * 3.0) x)" },
+    ]);
+}
+
+#[test]
+fn gpu_nan_propagation_and_selects() {
+    // Issue 16: NaN propagates through relu, max, clamping and pooling; an all -inf window
+    // routes to its own first element; relu's derivative, tree_clip's and `**`'s are selects.
+    // A 4 × 4 image whose windows are: finite, all -inf, NaN first, NaN after finite values.
+    macro_rules! win {
+        ($body:literal) => {
+            concat!("let () = let win = reshape (concat 0 [tensor [5.0, 1.0], ninf1, ninf1, tensor [0.0, 2.0], ninf1, ninf1, nan1, tensor [1.0, 2.0, 3.0], tensor [4.0, 4.0], nan1, tensor [0.0]]) [1, 1, 4, 4] in ", $body)
+        };
+    }
+    check(&[
+        Case { name: "relu", tol: E, code: "let () = pt (relu (concat 0 [nan1, tensor [-1.0, 2.0, -0.0], ninf1]))" },
+        Case { name: "max", tol: E, code: "let () = pf (max (concat 0 [tensor [1.0], nan1, tensor [3.0]]))" },
+        Case { name: "clip", tol: E, code: "let () = pt (tree_clip 0.0 1.0 (concat 0 [nan1, tensor [-1.0, 0.5, 2.0], ninf1]))" },
+        Case { name: "pool", tol: E, code: win!("pt (max_pool2d 2 win)") },
+        Case { name: "pool grad", tol: R, code: win!("pt (grad (fun a -> sum (max_pool2d 2 a * tensor [[[[1.0, 2.0], [3.0, 4.0]]]])) win)") },
+        Case { name: "pool jvp", tol: R, code: win!("pt (snd (jvp (max_pool2d 2) win (reshape (arange 16) [1, 1, 4, 4])))") },
+        Case { name: "relu select", tol: R, code: "let () = pt (grad (fun t -> sum (sqrt (relu t))) (tensor [-1.0, 4.0, 0.0, 9.0]))" },
+        Case {
+            name: "clip grad",
+            tol: R,
+            code: "let () = pt (grad (fun t -> sum (tree_clip 0.0 1.0 t * tensor [1.0, 2.0, 3.0, 4.0, 5.0])) (tensor [-1.0, 0.0, 0.5, 1.0, 1.0 / 0.0]))",
+        },
+        Case {
+            name: "pow at 0",
+            tol: R,
+            code: "let () = pt (grad (fun t -> sum (grad (fun t -> sum (grad (fun t -> sum (t ** tensor [2.0, 3.0, 0.0])) t)) t)) (tensor [0.0, 0.0, 0.0]))",
+        },
     ]);
 }
 

@@ -44,6 +44,9 @@ fn the_tensor_crate_names_nothing_of_the_interpreter() {
         let text = std::fs::read_to_string(file).expect("read a source file");
         for (i, line) in text.lines().enumerate() {
             let words: Vec<&str> = line.split(|c: char| !(c.is_alphanumeric() || c == '_')).collect();
+            // `serde_json::Value` (the safetensors header) is JSON's value, not the interpreter's.
+            let words: Vec<&str> =
+                words.into_iter().filter(|w| *w != "Value" || !line.contains("serde_json::Value")).collect();
             let hit = PATHS.iter().find(|p| line.contains(*p)).or_else(|| NAMES.iter().find(|n| words.contains(n)));
             if let Some(what) = hit {
                 found.push(format!("{}:{}: `{what}`: {}", file.display(), i + 1, line.trim()));

@@ -91,6 +91,28 @@ fn repl_ctrl_c_interrupts_a_running_evaluation() {
 }
 
 #[test]
+fn repl_ctrl_c_is_not_caught_by_catch() {
+    let mut p = start();
+    // The handler would print "caught"; Ctrl-C ends the evaluation instead.
+    // (Spelled in two parts so that the terminal's echo of the line does not contain it.)
+    p.send_line("catch (fun () -> let rec spin x = spin x in spin 0) (fun m -> println (\"ca\" ++ \"ught \" ++ m); 1)")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    p.send(ControlCode::EndOfText).unwrap();
+    let seen = p.expect("interrupted").unwrap();
+    assert!(!String::from_utf8_lossy(seen.before()).contains("caught"), "the handler ran");
+    // The REPL goes on: a caught error is a value, an uncaught one a report.
+    p.send_line("catch (fun () -> 1 / 0) (fun m -> string_length m)").unwrap();
+    p.expect("- : Int = 16").unwrap();
+    p.send_line("catch (fun () -> error \"a\") (fun m -> error (m ++ \"b\"))").unwrap();
+    p.expect("ab").unwrap();
+    p.send_line("2 + 2").unwrap();
+    p.expect("- : Int = 4").unwrap();
+    p.send(ControlCode::EndOfTransmission).unwrap();
+    p.expect(expectrl::Eof).unwrap();
+}
+
+#[test]
 fn repl_help_and_load() {
     let mut p = start();
     p.send_line(":help").unwrap();

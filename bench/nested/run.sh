@@ -23,36 +23,8 @@ DP=${DP:-$ROOT/target/release/dp}
 RUNS=${RUNS:-3}
 SIZES=${SIZES:-"20000 40000 80000"}
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    (cd "$ROOT" && cargo build --release --bin dp) >&2 || { echo "dp build failed" >&2; exit 1; }
-fi
+program() { echo "$HERE/deep.dp"; }
+expected() { echo "$1.0"; }
 
-median_time() {   # binary n -> median wall seconds of RUNS processes (checks the answer)
-    local bin=$1 n=$2 times=() out t0 t1
-    for _ in $(seq "$RUNS"); do
-        t0=$(date +%s.%N)
-        out=$("$bin" run "$HERE/deep.dp" "$n") || { echo "n/a"; return; }
-        t1=$(date +%s.%N)
-        [ "$out" = "$n.0" ] || { echo "wrong:$out"; return; }
-        times+=("$(echo "$t1 - $t0" | bc -l)")
-    done
-    printf '%s\n' "${times[@]}" | sort -g | sed -n "$(( (RUNS + 1) / 2 ))p" | xargs printf '%.3f'
-}
-
-row() {   # label binary
-    local label=$1 bin=$2 first="" line="| $1 |" t
-    for n in $SIZES; do
-        t=$(median_time "$bin" "$n")
-        line="$line $t s |"
-        [ -z "$first" ] && first=$t
-        last=$t
-    done
-    echo "$line $(echo "$last / $first" | bc -l | xargs printf '%.2f')x |"
-}
-
-header="| dp |"; sep="|---|"
-for n in $SIZES; do header="$header n = $n |"; sep="$sep---|"; done
-echo "$header last / first |"
-echo "$sep---|"
-row "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo dp)" "$DP"
-if [ -n "${BEFORE:-}" ]; then row "before ($BEFORE)" "$BEFORE"; fi
+. "$ROOT/bench/scaling_common.sh"
+scaling_table

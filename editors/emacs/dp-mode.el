@@ -57,13 +57,13 @@
 
 (defconst dp-builtins
   '("reset" "shift" "grad" "value_and_grad" "jvp" "stop_gradient"
-    "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "clock" "read_line" "getenv" "exit" "error"
+    "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "clock" "read_line" "getenv" "exit" "error" "catch"
     "float" "int" "string_of_int" "string_of_float" "int_of_string" "float_of_string"
     "string_length" "substring" "chars" "concat_strings" "split"
     "sin" "cos" "tan" "exp" "log" "sqrt" "tanh" "sigmoid" "relu" "abs" "floor" "ceil"
     "pi" "infinity" "nan" "is_nan"
     "tensor" "zeros" "ones" "full" "arange" "randn" "uniform" "load_npy"
-    "save_npy" "shape" "reshape" "transpose" "concat" "slice" "row" "onehot"
+    "save_npy" "read_csv" "load_csv" "save_params" "load_params" "load_npz" "save_npz" "plot_with" "shape" "reshape" "transpose" "concat" "slice" "row" "onehot"
     "sum" "mean" "max" "sum_axis" "mean_axis" "argmax" "softmax" "log_softmax"
     "logsumexp" "item" "to_list" "to_device" "conv2d" "max_pool2d" "tree_add" "tree_sub"
     "tree_mul" "tree_div" "tree_scale" "tree_add_scalar" "tree_sqrt" "tree_clip" "tree_zeros" "tree_sum_squares"

@@ -31,7 +31,8 @@
 //! outer `grad` is live, is recorded by the outer level like any other code. `jvp` is a
 //! delimiter too (`Jvp(tag)`), holding nothing (forward mode needs no continuation), so that
 //! every running level is a segment boundary: whether a level is live, and which of two is
-//! nested in the other, is read off the delimiters in O(segments) (`innermost`, `live`).
+//! nested in the other, is read off the delimiters — the host indexes the running ones, so
+//! each question costs O(levels) (`innermost`, `live`).
 //!
 //! The data (tracked values, dual numbers, adjoint records) is the run-time layer's
 //! (runtime/perturbed.rs); the rules — `rules.rs` for scalars, `tensor.rs` for tensor
@@ -206,7 +207,9 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
                 Ok(match a {
                     Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
                         (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
-                        (Value::Float(z), Value::Tensor(p)) => Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?))),
+                        (Value::Float(z), Value::Tensor(p)) => {
+                            Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)))
+                        }
                         (t, _) => Some(t.clone()),
                     },
                     _ => None,
@@ -241,6 +244,17 @@ fn innermost<H: Host>(m: &H, a: u32, b: u32) -> u32 {
     m.inner_level(a, b).unwrap_or(a.max(b))
 }
 
+/// `live` on every leaf of a level's result, before that level ends: a leaf that escaped a
+/// finished inner level and was returned with no operation applied would otherwise hide the
+/// running levels' perturbations beneath a dead one (read as a constant: derivative 0).
+pub fn settle<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
+    match v {
+        // The common result: nothing to strip.
+        Value::Float(_) | Value::Tensor(_) => Ok(v),
+        v => map_leaves(v, &mut |leaf| Ok(live(m, leaf))),
+    }
+}
+
 /// Strips the perturbations of handlers that are no longer running: a value that escaped its
 /// `grad` or `jvp` (through a reference cell, say) is a plain value of the levels still live.
 fn live<H: Host>(m: &mut H, v: Value) -> Value {
@@ -268,13 +282,17 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match &x {
         Value::Dual(d) => {
             let dy = rules::un_deriv(op, m, &p, &y)?;
-            let tangent = m.prim2(Prim::Mul, dy, d.tangent.clone())?;
+            let tangent = rules::apply_deriv(op, m, d.tangent.clone(), dy)?;
             Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })))
         }
         Value::Tracked(t) => {
             let tensor = is_tensor(&p);
             // On a tensor the derivative is tensor work: left to the backward pass.
             let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
+            if rules::selects(op) && matches!(dy, Some(Value::Float(z)) if z == 0.0) {
+                // Nothing can flow back through a selected-out derivative: y is a constant here.
+                return Ok(y);
+            }
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = match dy {
                 Some(dy) => AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None },
@@ -300,6 +318,11 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     let tag = innermost(m, tag_of(&a), tag_of(&b));
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
+    if p == Prim::Pow && !b_in && matches!(strip(&pb), Value::Float(z) if z == 0.0) {
+        // a ** 0 is the constant 1 at this level (JAX's symbolic zero): recording it would
+        // multiply its zero partial into adjoints that may be infinite (0 · inf).
+        return m.prim2(p, pa, pb);
+    }
     let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
     if !is_dual {
         if let Some((y, da, db)) = rules::scalar_partials(p, &pa, &pb) {
@@ -454,7 +477,7 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
     while let Some(frame) = state.frames.pop() {
         n = n.wrapping_add(1);
         if n.is_multiple_of(4096) && m.interrupted() {
-            return Err(Fault::new("interrupted"));
+            return Err(Fault::abort("interrupted"));
         }
         match frame {
             AdjFrame::Scale { out, a, b } => {
@@ -476,7 +499,7 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                 match op {
                     Deferred::Un(op, x) => {
                         let dy = rules::un_deriv(op, m, &x.primal, &out.primal)?;
-                        let c = mul(m, g, dy)?;
+                        let c = rules::apply_deriv(op, m, g, dy)?;
                         accumulate(m, &x, c)?;
                     }
                     Deferred::Bin(p, a, b) => {

@@ -5,7 +5,7 @@
 
 use super::Host;
 use crate::core::Prim;
-use crate::runtime::perturbed::strip;
+use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Un};
@@ -46,6 +46,23 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
         Un::Relu => f(if scalar(&x) > 0.0 { 1.0 } else { 0.0 }),
         Un::Abs => f(if scalar(&x) >= 0.0 { 1.0 } else { -1.0 }),
     })
+}
+
+/// Whether `op`'s derivative is a 0/1 mask applied as a select rather than a product (relu,
+/// as JAX's `select(x > 0, g, 0)`): where it is 0 nothing flows back, not even an infinite or
+/// NaN adjoint (`grad (fun x -> sqrt (relu x)) (-1.0)` is 0, not 0 · inf).
+pub fn selects(op: Un) -> bool {
+    op == Un::Relu
+}
+
+/// The local derivative `dy` applied to an adjoint or tangent `g`: `g · dy`, or the select of
+/// `selects`.
+pub fn apply_deriv<H: Host>(op: Un, m: &mut H, g: Value, dy: Value) -> FResult<Value> {
+    if selects(op) {
+        super::tensor::select(m, g, dy)
+    } else {
+        m.prim2(Prim::Mul, g, dy)
+    }
 }
 
 fn scalar(v: &Value) -> f64 {
@@ -89,7 +106,19 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
         Prim::Pow => {
             let bm1 = m.prim2(Prim::Sub, b.clone(), f(1.0))?;
             let pw = m.prim2(Prim::Pow, a.clone(), bm1)?;
-            let da = m.prim2(Prim::Mul, b, pw)?;
+            let da = m.prim2(Prim::Mul, b.clone(), pw)?;
+            // ∂(a^b)/∂a is 0 where b = 0, as JAX selects it: b · a^(b-1) would be 0 · inf at
+            // a = 0, and the higher derivatives of an integral power reach b = 0 (the third
+            // derivative of a ** 2.0 at 0 is 0).
+            let da = match strip(&b) {
+                Value::Float(0.0) => super::zero_like(&da),
+                Value::Float(_) => da,
+                bv => {
+                    let abs = super::apply_un(m, Un::Abs, bv)?;
+                    let nonzero = super::tensor::call(m, TOp::Step, vec![abs])?;
+                    super::tensor::select(m, da, nonzero)?
+                }
+            };
             // ∂(a^b)/∂b = a^b · ln a, taken as 0 where a ≤ 0 (the real power is then only
             // defined at integer b, where it is constant in b). ln a stays differentiable in a
             // only when every base is positive; a plain tensor base has no derivative to keep,
@@ -102,9 +131,19 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             let db = if positive {
                 let la = super::apply_un(m, Un::Log, a)?;
                 m.prim2(Prim::Mul, y, la)?
-            } else if let Value::Tensor(t) = strip(&a) {
+            } else if let (Value::Tensor(t), false) = (strip(&a), is_ad(&a)) {
                 let la = t.log_or_zero()?;
                 m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
+            } else if let Value::Tensor(_) = strip(&a) {
+                // A perturbed base with some element ≤ 0: ln of the base where it is positive
+                // and of 1 elsewhere, selected so that ln a stays differentiable where it is
+                // used (the mixed derivative ∂²/∂a∂b of the positive elements).
+                let positive = super::tensor::call(m, TOp::Step, vec![strip(&a)])?;
+                let kept = super::tensor::select(m, a, positive.clone())?;
+                let ones = m.prim2(Prim::Sub, f(1.0), positive)?;
+                let safe = m.prim2(Prim::Add, kept, ones)?;
+                let la = super::apply_un(m, Un::Log, safe)?;
+                m.prim2(Prim::Mul, y, la)?
             } else {
                 f(0.0)
             };

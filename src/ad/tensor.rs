@@ -25,6 +25,24 @@ fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     m.prim2(Prim::Mul, a, b)
 }
 
+/// `x` where the constant `mask` is positive, else 0 — on Floats or tensors, `x` perturbed or
+/// not. A select, not a product: where the mask is 0 an infinite or NaN `x` gives 0 (JAX's
+/// `select` in the rules of relu and `**`), so a zero local derivative stops any adjoint.
+pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
+    match strip(&mask) {
+        Value::Tensor(mask) => {
+            let (xs, ms) = (ad::shape_of(&x), mask.shape().to_vec());
+            let (x, mask) = match strip(&x) {
+                Value::Float(_) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
+                _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![Value::Tensor(mask)])?),
+                _ => (x, Value::Tensor(mask)),
+            };
+            call(m, TOp::Mask, vec![x, mask])
+        }
+        k => Ok(if matches!(k, Value::Float(k) if k > 0.0) { x } else { ad::zero_like(&x) }),
+    }
+}
+
 /// Sums over the last axis, keeping it (for the softmax rules).
 fn sum_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
     let mut shape = ad::shape_of(&v);
@@ -212,6 +230,7 @@ pub fn vjp<H: Host>(
             Some(from) if from.is_float() && to.is_float() => vec![Some(call(m, TOp::AsType(from), vec![g])?)],
             _ => vec![None],
         },
+        TOp::Mask => vec![Some(call(m, TOp::Mask, vec![g, strip(&xs[1])])?), None],
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
 }
@@ -307,6 +326,10 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
         }
         TOp::MaxPool2dGrad(_) | TOp::MaxPool2dPick(_) => match &ts[1] {
             Some(t) => call(m, op.clone(), vec![strip(&xs[0]), t.clone()]),
+            None => Ok(Value::Float(0.0)),
+        },
+        TOp::Mask => match &ts[0] {
+            Some(t) => call(m, TOp::Mask, vec![t.clone(), strip(&xs[1])]),
             None => Ok(Value::Float(0.0)),
         },
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),

@@ -45,6 +45,16 @@ pub enum Control {
     Grad { f: Value, x: Value, with_value: bool },
     Jvp { f: Value, x: Value, v: Value },
     Exit(i32),
+    Catch { body: Value, handler: Value },
+}
+
+/// A running `grad` (its prompt) or `jvp` on the segmented stack.
+#[derive(Clone, Copy)]
+struct Level {
+    tag: u32,
+    /// The index of the segment this level's delimiter ends (`segs.len()`: the running one).
+    pos: usize,
+    grad: bool,
 }
 
 /// Raised when the program calls `exit`.
@@ -58,6 +68,11 @@ pub struct Machine {
     segs: Vec<Segment>,
     /// Frames held by the segments in `segs`.
     seg_frames: usize,
+    /// The running differentiation levels, bottom first: each `grad` prompt or `jvp` delimiter
+    /// on the stack with the position of its segment (`segs.len()` for the running one). Kept
+    /// beside the segments so that finding a level's handler, whether it is live and which of
+    /// two is inner cost O(levels), however many `reset`s lie between them.
+    levels: Vec<Level>,
     pub stack_limit: usize,
     pub interrupt: Arc<AtomicBool>,
     pub fuel: Option<u64>,
@@ -90,6 +105,7 @@ impl Machine {
             delim: Delim::Base,
             segs: Vec::new(),
             seg_frames: 0,
+            levels: Vec::new(),
             stack_limit: DEFAULT_STACK_LIMIT,
             interrupt: Arc::new(AtomicBool::new(false)),
             fuel: None,
@@ -110,6 +126,7 @@ impl Machine {
         self.stack.clear();
         self.frames.clear();
         self.segs.clear();
+        self.levels.clear();
         self.seg_frames = 0;
         self.delim = Delim::Base;
         let clo = Rc::new(Closure { func, env: Vec::new() });
@@ -122,6 +139,7 @@ impl Machine {
             self.stack.clear();
             self.frames.clear();
             self.segs.clear();
+            self.levels.clear();
             self.seg_frames = 0;
         }
         r
@@ -203,9 +221,30 @@ impl Machine {
         mut base: usize,
         mut floor: usize,
     ) -> Result<Value, Diagnostic> {
+        // Goes on as `Next` says: run a dp function from a place, or finish the run. Its
+        // `continue` is the dispatch loop's: never use these macros inside an inner loop.
+        macro_rules! jump {
+            ($next:expr) => {
+                match $next {
+                    Next::Run(c, p, b, f) => {
+                        clo = c;
+                        pc = p;
+                        base = b;
+                        floor = f;
+                        continue;
+                    }
+                    Next::Done(v) => return Ok(v),
+                }
+            };
+        }
+        // A fault goes to the innermost running `catch` when there is one (the machine then
+        // runs its handler), and otherwise ends the run, located here.
         macro_rules! fault {
             ($e:expr) => {
-                return Err(self.locate($e, &clo, pc))
+                match self.recover($e) {
+                    Ok(next) => jump!(next),
+                    Err(f) => return Err(self.locate(f, &clo, pc)),
+                }
             };
         }
         macro_rules! tryf {
@@ -219,14 +258,7 @@ impl Machine {
         macro_rules! goto {
             ($next:expr) => {
                 match $next {
-                    Ok(Next::Run(c, p, b, f)) => {
-                        clo = c;
-                        pc = p;
-                        base = b;
-                        floor = f;
-                        continue;
-                    }
-                    Ok(Next::Done(v)) => return Ok(v),
+                    Ok(next) => jump!(next),
                     Err(f) => fault!(f),
                 }
             };
@@ -242,11 +274,11 @@ impl Machine {
             () => {
                 if self.interrupt.load(Ordering::Relaxed) {
                     self.interrupt.store(false, Ordering::Relaxed);
-                    fault!(Fault::new("interrupted"));
+                    fault!(Fault::abort("interrupted"));
                 }
                 if let Some(f) = &mut self.fuel {
                     if *f == 0 {
-                        fault!(Fault::new("out of fuel"));
+                        fault!(Fault::abort("out of fuel"));
                     }
                     *f -= 1;
                 }
@@ -255,7 +287,7 @@ impl Machine {
         macro_rules! depth_limit {
             () => {
                 if self.depth() >= self.stack_limit {
-                    fault!(Fault::new(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
+                    fault!(Fault::abort(format!("stack limit exceeded ({} nested calls)", self.stack_limit))
                         .help("a recursion that never ends? otherwise raise the limit with `--stack-limit`"));
                 }
             };
@@ -566,15 +598,8 @@ impl Machine {
                 Op::Update(ni, n) => {
                     let vals: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
                     let base_rec = self.pop();
-                    let Value::Record(rec) = base_rec else { fault!(Fault::internal("update of a non-record")) };
-                    let mut values = rec.values.clone();
-                    for (name, v) in clo.func.names[ni as usize].iter().zip(vals) {
-                        match rec.names.iter().position(|x| x == name) {
-                            Some(i) => values[i] = v,
-                            None => fault!(Fault::new(format!("record has no field `{name}`"))),
-                        }
-                    }
-                    self.stack.push(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })));
+                    let v = tryf!(update_record(base_rec, &clo.func.names[ni as usize], vals));
+                    self.stack.push(v);
                 }
                 Op::MakeCon(ci, n) => {
                     let args: Vec<Value> = self.stack.drain(self.stack.len() - n as usize..).collect();
@@ -614,7 +639,7 @@ impl Machine {
                                 self.frames.push(Frame::ApplyRest(Box::new((rest, span))));
                             }
                             if self.depth() >= self.stack_limit {
-                                return Err(Fault::new(format!(
+                                return Err(Fault::abort(format!(
                                     "stack limit exceeded ({} nested calls)",
                                     self.stack_limit
                                 )));
@@ -680,6 +705,12 @@ impl Machine {
 
     /// Suspends the running segment and starts an empty one ended by `delim`.
     fn push_segment(&mut self, delim: Delim) {
+        let level = match delim {
+            Delim::GradPrompt(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: true }),
+            Delim::Jvp(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: false }),
+            _ => None,
+        };
+        self.levels.extend(level);
         let seg = Segment {
             stack: std::mem::take(&mut self.stack),
             frames: std::mem::take(&mut self.frames),
@@ -693,6 +724,9 @@ impl Machine {
     /// segment state that was running.
     fn restore_below(&mut self) -> FResult<Delim> {
         let seg = self.segs.pop().ok_or_else(|| Fault::internal("a delimiter with no segment below it"))?;
+        if self.levels.last().is_some_and(|l| l.pos > self.segs.len()) {
+            self.levels.pop();
+        }
         self.seg_frames -= seg.frames.len();
         self.stack = seg.stack;
         self.frames = seg.frames;
@@ -706,11 +740,15 @@ impl Machine {
                 self.stack.push(v);
                 Ok(None)
             }
-            Delim::Reset => {
+            Delim::Reset | Delim::Catch(_) => {
                 self.restore_below()?;
                 Ok(Some(Action::Return(v)))
             }
             Delim::GradPrompt(_) => {
+                // Settled while the levels that `f` ran under are all still live: a result that
+                // escaped a finished inner level (through a reference cell) is seen as its
+                // value at the running levels, this one included.
+                let v = ad::settle(self, v)?;
                 self.restore_below()?;
                 // Now the handler segment is running: the backward pass is its work.
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
@@ -722,6 +760,7 @@ impl Machine {
             }
             Delim::GradHandler(_) => Err(Fault::internal("returned into a grad handler")),
             &Delim::Jvp(tag) => {
+                let v = ad::settle(self, v)?;
                 self.restore_below()?;
                 Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
             }
@@ -749,6 +788,9 @@ impl Machine {
                     }
                 };
                 let mut captured: Vec<Segment> = self.segs.drain(first..).collect();
+                // The captured levels stop running; resuming the continuation pushes them again.
+                let live = self.levels.partition_point(|l| l.pos < first);
+                self.levels.truncate(live);
                 self.seg_frames -= captured.iter().map(|s| s.frames.len()).sum::<usize>();
                 captured.push(Segment {
                     stack: std::mem::take(&mut self.stack),
@@ -778,12 +820,41 @@ impl Machine {
                 self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
+            Control::Catch { body, handler } => {
+                self.push_segment(Delim::Catch(Box::new((handler, span))));
+                Action::Apply(body, vec![Value::Unit], span)
+            }
             Control::Exit(code) => {
                 self.exit_code = Some(code);
-                return Err(Fault::new(format!("exit {code}")));
+                return Err(Fault::abort(format!("exit {code}")));
             }
         };
         self.resume(action)
+    }
+
+    /// `fault` was raised: when a `catch` is running and the fault is the program's own, cuts
+    /// the stack back to the innermost `catch` (the segments above it, with whatever handlers
+    /// of `grad`, `jvp` or `reset` ran there, are dropped: their levels are over) and calls
+    /// its handler with the message. A fault raised by applying the handler itself (a builtin
+    /// handler: `catch f error`) goes to the next `catch` out. `Err` when nothing catches it.
+    fn recover(&mut self, mut fault: Fault) -> FResult<Next> {
+        loop {
+            if !fault.is_catchable() || !self.delims().any(|d| matches!(d, Delim::Catch(_))) {
+                return Err(fault);
+            }
+            while !matches!(self.delim, Delim::Catch(_)) {
+                self.restore_below()?;
+            }
+            let Delim::Catch(caught) = self.restore_below()? else {
+                return Err(Fault::internal("a catch delimiter vanished while unwinding"));
+            };
+            let (handler, span) = *caught;
+            let msg = Value::str(std::mem::take(&mut fault.msg));
+            match self.resume(Action::Apply(handler, vec![msg], span)) {
+                Ok(next) => return Ok(next),
+                Err(f) => fault = f,
+            }
+        }
     }
 
     /// The delimiters of the segments, innermost (the running one) first.
@@ -794,30 +865,25 @@ impl Machine {
     /// Whether the `grad` or `jvp` of `tag` is running: its delimiter is on the stack. A
     /// value perturbed by a level that is not running has escaped it.
     pub fn level_is_live(&self, tag: u32) -> bool {
-        self.delims().any(|d| matches!(d, Delim::GradPrompt(t) | Delim::Jvp(t) if *t == tag))
+        self.levels.iter().rev().any(|l| l.tag == tag)
     }
 
     /// Of two running levels, the one nested inside the other: its delimiter is the higher
-    /// of the two on the stack. One look at each segment's delimiter, never at frames, so
-    /// this costs O(segments) however deep the differentiated recursion is. `None` when
-    /// neither is running.
+    /// of the two on the stack. `None` when neither is running. O(levels): the running levels
+    /// are indexed beside the segments, so neither a deep recursion (frames) nor many
+    /// `reset`s (segments) make it slower.
     pub fn inner_level(&self, a: u32, b: u32) -> Option<u32> {
-        self.delims().find_map(|d| match d {
-            Delim::GradPrompt(t) | Delim::Jvp(t) if *t == a || *t == b => Some(*t),
-            _ => None,
-        })
+        self.levels.iter().rev().find(|l| l.tag == a || l.tag == b).map(|l| l.tag)
     }
 
-    /// The handler segment collecting adjoints for `tag`, if that `grad` is still running.
+    /// The handler segment collecting adjoints for `tag`, if that `grad` is still running: the
+    /// segment just below its prompt.
     pub fn grad_handler(&mut self, tag: u32) -> Option<&mut GradState> {
-        let idx = if matches!(self.delim, Delim::GradPrompt(t) if t == tag) {
-            self.segs.len().checked_sub(1)?
-        } else {
-            let p =
-                (1..self.segs.len()).rev().find(|&i| matches!(self.segs[i].delim, Delim::GradPrompt(t) if t == tag))?;
-            p - 1
-        };
-        match &mut self.segs[idx].delim {
+        let level = self.levels.iter().rev().find(|l| l.tag == tag)?;
+        if !level.grad {
+            return None;
+        }
+        match &mut self.segs.get_mut(level.pos.checked_sub(1)?)?.delim {
             Delim::GradHandler(s) => Some(s),
             _ => None,
         }
@@ -868,15 +934,7 @@ impl Machine {
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
-            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => {
-                let o = compare(&a, &b)?;
-                Bool(match p {
-                    Prim::Lt => o.is_lt(),
-                    Prim::Le => o.is_le(),
-                    Prim::Gt => o.is_gt(),
-                    _ => o.is_ge(),
-                })
-            }
+            (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => Bool(ordered(p, &a, &b)?),
             (Prim::Cons, _, _) => Value::cons(a, b),
             (Prim::Append, Str(x), Str(y)) => Str(Rc::new(format!("{x}{y}"))),
             (Prim::Append, _, _) => {
@@ -904,6 +962,10 @@ impl Machine {
         };
         let v = match b {
             B::Reset => return Ok(BuiltinOut::Control(Control::Reset(arg()))),
+            B::Catch => {
+                let (body, handler) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Catch { body, handler }));
+            }
             B::Shift => return Ok(BuiltinOut::Control(Control::Shift(arg()))),
             B::Grad | B::ValueAndGrad => {
                 let (f, x) = (arg(), arg());
@@ -953,6 +1015,20 @@ fn push_fresh<T>(v: &mut Vec<T>, f: impl FnOnce() -> T) {
     v.extend(std::iter::once_with(f))
 }
 
+/// `{ r with names = vals }`. (Out of `exec`'s loop: a fault raised inside a loop there would
+/// resume the inner loop when a `catch` recovers from it.)
+fn update_record(r: Value, names: &[Rc<str>], vals: Vec<Value>) -> FResult<Value> {
+    let Value::Record(rec) = r else { return Err(Fault::internal("update of a non-record")) };
+    let mut values = rec.values.clone();
+    for (name, v) in names.iter().zip(vals) {
+        match rec.names.iter().position(|x| x == name) {
+            Some(i) => values[i] = v,
+            None => return Err(Fault::new(format!("record has no field `{name}`"))),
+        }
+    }
+    Ok(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })))
+}
+
 fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bool {
     match p {
         Pattern::Wild => true,
@@ -995,9 +1071,14 @@ fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bo
     }
 }
 
-/// Structural equality without recursion on the Rust stack.
+/// Structural equality without recursion on the Rust stack. Reference cells compare by
+/// contents, as OCaml's `=` does; a pair of cells met again while being compared is taken as
+/// equal (the coinductive reading: nothing found so far tells them apart), so equality of
+/// cyclic structures terminates and agrees with OCaml wherever OCaml's does.
 pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
     let mut work: Vec<(Value, Value)> = vec![(a.clone(), b.clone())];
+    let mut cells: std::collections::HashSet<(*const std::cell::RefCell<Value>, *const std::cell::RefCell<Value>)> =
+        std::collections::HashSet::new();
     while let Some((x, y)) = work.pop() {
         use Value::*;
         match (&x, &y) {
@@ -1037,7 +1118,7 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                 work.extend(p.args.iter().cloned().zip(q.args.iter().cloned()));
             }
             (Ref(p), Ref(q)) => {
-                if !Rc::ptr_eq(p, q) {
+                if !Rc::ptr_eq(p, q) && cells.insert((Rc::as_ptr(p), Rc::as_ptr(q))) {
                     let (pv, qv) = (p.borrow().clone(), q.borrow().clone());
                     work.push((pv, qv));
                 }
@@ -1060,6 +1141,24 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
         }
     }
     Ok(true)
+}
+
+/// `a < b` (or `<=`, `>`, `>=`): false whenever either side is NaN (IEEE, as the unperturbed
+/// fast path and JAX), so a perturbed NaN takes the branch a plain one takes. Out of line: it
+/// keeps `prim2`, which the interpreter loop inlines, small.
+#[inline(never)]
+fn ordered(p: Prim, a: &Value, b: &Value) -> FResult<bool> {
+    let nan = |v: &Value| matches!(strip(v), Value::Float(x) if x.is_nan());
+    if nan(a) || nan(b) {
+        return Ok(false);
+    }
+    let o = compare(a, b)?;
+    Ok(match p {
+        Prim::Lt => o.is_lt(),
+        Prim::Le => o.is_le(),
+        Prim::Gt => o.is_gt(),
+        _ => o.is_ge(),
+    })
 }
 
 pub fn compare(a: &Value, b: &Value) -> FResult<std::cmp::Ordering> {

@@ -177,6 +177,47 @@ fn history_path() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".dp_history")))
 }
 
+/// Where the REPL's answers go: the terminal (`Terminal`) or a notebook (the Jupyter kernel),
+/// so that both faces share one engine (`Repl`) and differ only in how they show things.
+pub trait Console {
+    /// Whether rendered diagnostics carry colour escapes.
+    fn color(&self) -> bool;
+    /// What a command answers (`:help`, `:browse`, `:doc`, `:type`, `loaded f`).
+    fn say(&mut self, text: &str);
+    /// An entry's echo of a value or a definition (`- : Int = 3`, `val f : Int -> Int`).
+    fn echo(&mut self, text: &str);
+    /// A complaint about the command itself (unknown command, missing argument).
+    fn complain(&mut self, text: &str);
+    /// A warning, rendered.
+    fn warning(&mut self, rendered: &str);
+    /// The entry's error (`d`), rendered: nothing of the entry took effect.
+    fn error(&mut self, rendered: &str, d: &crate::diagnostic::Diagnostic);
+}
+
+/// The terminal's console: answers on standard output, problems on standard error.
+struct Terminal;
+
+impl Console for Terminal {
+    fn color(&self) -> bool {
+        crate::cli::stderr_color()
+    }
+    fn say(&mut self, text: &str) {
+        println!("{text}");
+    }
+    fn echo(&mut self, text: &str) {
+        println!("{text}");
+    }
+    fn complain(&mut self, text: &str) {
+        eprintln!("{text}");
+    }
+    fn warning(&mut self, rendered: &str) {
+        eprint!("{rendered}");
+    }
+    fn error(&mut self, rendered: &str, _: &crate::diagnostic::Diagnostic) {
+        eprint!("{rendered}");
+    }
+}
+
 pub fn start(stack_limit: usize) -> u8 {
     let session = match crate::cli::new_session(stack_limit) {
         Ok(s) => s,
@@ -205,7 +246,8 @@ pub fn start(stack_limit: usize) -> u8 {
         let _ = rl.load_history(h);
     }
     println!("dp {} — :help for help, Ctrl-D to exit", env!("CARGO_PKG_VERSION"));
-    let mut repl = Repl { session, n: 0, library: None, defined: Vec::new(), docs: HashMap::new(), loaded: Vec::new() };
+    let mut repl = Repl::new(session);
+    let mut n = 0;
     loop {
         match rl.readline("dp> ") {
             Ok(line) => {
@@ -213,9 +255,8 @@ pub fn start(stack_limit: usize) -> u8 {
                     continue;
                 }
                 let _ = rl.add_history_entry(line.as_str());
-                repl.n += 1;
-                repl.session.interrupt_flag().store(false, Ordering::SeqCst);
-                if !repl.handle(&line) {
+                n += 1;
+                if !repl.entry(&format!("<repl {n}>"), &line, &mut Terminal) {
                     break;
                 }
                 if let Some(h) = rl.helper_mut() {
@@ -236,11 +277,11 @@ pub fn start(stack_limit: usize) -> u8 {
     0
 }
 
-/// The REPL's state beside the session.
-struct Repl {
+/// The REPL's engine: the session and what the REPL knows beside it (the user's definitions
+/// and their doc comments, the loaded files). The terminal and the Jupyter kernel both drive
+/// it, each with its own `Console`.
+pub struct Repl {
     session: Session,
-    /// Entries so far (names sources `<repl n>`).
-    n: usize,
     /// The standard library's reference, built on the first `:doc` or `:browse` that needs it.
     library: Option<crate::docs::Library>,
     /// The names the user's entries defined, in order, each once.
@@ -252,67 +293,87 @@ struct Repl {
 }
 
 impl Repl {
-    /// Handles one entry; false means quit.
-    fn handle(&mut self, line: &str) -> bool {
-        let color = crate::cli::stderr_color();
-        let n = self.n;
+    pub fn new(session: Session) -> Repl {
+        Repl { session, library: None, defined: Vec::new(), docs: HashMap::new(), loaded: Vec::new() }
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Handles one entry (an input or a `:command`), named `name` in reports; false means
+    /// quit (`:quit`, or the entry called `exit`). An interrupt requested before the entry
+    /// began is forgotten: Ctrl-C stops the evaluation it interrupts, not the next one.
+    pub fn entry(&mut self, name: &str, line: &str, console: &mut dyn Console) -> bool {
+        self.session.interrupt_flag().store(false, Ordering::SeqCst);
+        self.handle(name, line, console)
+    }
+
+    fn handle(&mut self, entry: &str, line: &str, console: &mut dyn Console) -> bool {
         let trimmed = line.trim();
         let Some(cmd) = trimmed.strip_prefix(':') else {
-            return self.eval(&format!("<repl {n}>"), line, Path::new("."), true);
+            return self.eval(entry, line, Path::new("."), true, console);
         };
         let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
         let rest = rest.trim();
         match name {
             "q" | "quit" => return false,
-            "h" | "help" => println!("{HELP}"),
-            "t" | "type" => match self.session.type_of(&format!("<repl {n}>"), rest) {
-                Ok(t) => println!("{rest} : {t}"),
-                Err(d) => eprint!("{}", self.session.render(&d, color)),
+            "h" | "help" => console.say(HELP),
+            "t" | "type" => match self.session.type_of(entry, rest) {
+                Ok(t) => console.say(&format!("{rest} : {t}")),
+                Err(d) => console.error(&self.session.render(&d, console.color()), &d),
             },
-            "l" | "load" if rest.is_empty() => eprintln!("usage: :load file.dp"),
-            "l" | "load" => return self.load(rest),
+            "l" | "load" if rest.is_empty() => console.complain("usage: :load file.dp"),
+            "l" | "load" => return self.load(rest, console),
             "r" | "reload" => {
                 if self.loaded.is_empty() {
-                    println!("nothing to reload (no :load yet)");
+                    console.say("nothing to reload (no :load yet)");
                 }
                 for path in self.loaded.clone() {
-                    if !self.load(&path) {
+                    if !self.load(&path, console) {
                         return false;
                     }
                 }
             }
-            "b" | "browse" => self.browse(rest),
-            "d" | "doc" => self.doc(rest),
-            other => eprintln!("unknown command `:{other}` (try :help)"),
+            "b" | "browse" => self.browse(rest, console),
+            "d" | "doc" => match self.doc(rest) {
+                Ok(text) => console.say(&text),
+                Err(complaint) => console.complain(&complaint),
+            },
+            other => console.complain(&format!("unknown command `:{other}` (try :help)")),
         }
         true
     }
 
     /// `:load path`; false means quit (the file called `exit`).
-    fn load(&mut self, path: &str) -> bool {
+    fn load(&mut self, path: &str, console: &mut dyn Console) -> bool {
         match crate::source::read_source(Path::new(path)) {
             Ok(text) => {
                 let dir = Path::new(path).parent().map(Path::to_path_buf).unwrap_or_default();
                 if !self.loaded.iter().any(|p| p == path) {
                     self.loaded.push(path.to_string());
                 }
-                self.eval(path, &text, &dir, false)
+                self.eval(path, &text, &dir, false, console)
             }
             Err(e) => {
-                eprintln!("error: cannot read `{path}`: {e}");
+                console.complain(&format!("error: cannot read `{path}`: {e}"));
                 true
             }
         }
     }
 
     /// Checks and runs one entry, reports it, and on success records its definitions and
-    /// their doc comments. `echo`: print values and definitions (an entry), or `loaded path`
-    /// (a file). False means quit (the entry called `exit`).
-    fn eval(&mut self, name: &str, text: &str, dir: &Path, echo: bool) -> bool {
-        let color = crate::cli::stderr_color();
+    /// their doc comments. `echo`: echo values and definitions (an entry), or say `loaded
+    /// path` (a file). False means quit (the entry called `exit`).
+    fn eval(&mut self, name: &str, text: &str, dir: &Path, echo: bool, console: &mut dyn Console) -> bool {
+        let color = console.color();
         let r = self.session.eval(name, text, dir);
         for w in self.session.take_warnings() {
-            eprint!("{}", self.session.render(&w, color));
+            console.warning(&self.session.render(&w, color));
         }
         let echoes = match r {
             Ok(echoes) => echoes,
@@ -320,16 +381,16 @@ impl Repl {
                 if self.session.take_exit_code().is_some() {
                     return false;
                 }
-                eprint!("{}", self.session.render(&d, color));
+                console.error(&self.session.render(&d, color), &d);
                 return true;
             }
         };
         for e in &echoes {
             match e {
-                Echo::Value { value, ty } if echo => println!("- : {ty} = {value}"),
+                Echo::Value { value, ty } if echo => console.echo(&format!("- : {ty} = {value}")),
                 Echo::Defined { name, ty } => {
                     if echo {
-                        println!("val {name} : {ty}");
+                        console.echo(&format!("val {name} : {ty}"));
                     }
                     self.defined.retain(|d| d != name);
                     self.defined.push(name.clone());
@@ -338,7 +399,7 @@ impl Repl {
             }
         }
         if !echo {
-            println!("loaded {name}");
+            console.say(&format!("loaded {name}"));
         }
         // The entry took effect: its `///` comments document the names it defined.
         let items = parser::parse_program(text, 0).unwrap_or_default();
@@ -351,57 +412,60 @@ impl Repl {
         true
     }
 
-    fn library(&mut self) -> Option<&crate::docs::Library> {
+    fn library(&mut self) -> Result<&crate::docs::Library, String> {
         if self.library.is_none() {
             match crate::docs::Library::load() {
                 Ok(l) => self.library = Some(l),
-                Err(d) => eprintln!("error: the standard library's documentation failed to load: {}", d.message),
+                Err(d) => {
+                    return Err(format!("error: the standard library's documentation failed to load: {}", d.message))
+                }
             }
         }
-        self.library.as_ref()
+        self.library.as_ref().ok_or_else(String::new)
     }
 
     /// `:browse` (the user's definitions) or `:browse module`.
-    fn browse(&mut self, module: &str) {
+    fn browse(&mut self, module: &str, console: &mut dyn Console) {
         if module.is_empty() {
             if self.defined.is_empty() {
-                println!("nothing defined yet; :browse prelude, nn, optim or builtins lists a module");
+                console.say("nothing defined yet; :browse prelude, nn, optim or builtins lists a module");
             }
             for name in &self.defined {
                 if let Some(ty) = self.session.checker().type_of_name(name) {
-                    println!("{name} : {ty}");
+                    console.say(&format!("{name} : {ty}"));
                 }
             }
             return;
         }
         if !crate::docs::MODULES.contains(&module) && module != "builtins" {
-            eprintln!("no module `{module}` to browse (prelude, nn, optim or builtins)");
+            console.complain(&format!("no module `{module}` to browse (prelude, nn, optim or builtins)"));
             return;
         }
-        let Some(lib) = self.library() else { return };
-        for e in lib.module(module) {
-            println!("{} : {}", e.name, e.ty);
+        match self.library() {
+            Ok(lib) => {
+                let listing: Vec<String> = lib.module(module).map(|e| format!("{} : {}", e.name, e.ty)).collect();
+                console.say(&listing.join("\n"));
+            }
+            Err(complaint) => console.complain(&complaint),
         }
     }
 
-    /// `:doc name`: the type and doc comment of a user definition or a library name.
-    fn doc(&mut self, name: &str) {
+    /// `:doc name`: the type and doc comment of a user definition or a library name (the
+    /// Jupyter kernel's inspection too), or why there is none.
+    pub fn doc(&mut self, name: &str) -> Result<String, String> {
         if name.is_empty() {
-            eprintln!("usage: :doc name (for example :doc map, :doc nn.linear)");
-            return;
+            return Err("usage: :doc name (for example :doc map, :doc nn.linear)".to_string());
         }
         if let Some(doc) = self.docs.get(name) {
             let ty = self.session.checker().type_of_name(name).unwrap_or_default();
-            println!("{name} : {ty}\n\n{doc}");
-            return;
+            return Ok(format!("{name} : {ty}\n\n{doc}"));
         }
         let user_ty =
             if self.defined.iter().any(|d| d == name) { self.session.checker().type_of_name(name) } else { None };
         if let Some(ty) = user_ty {
-            println!("{name} : {ty}\n\n(no doc comment: write `///` lines above a definition)");
-            return;
+            return Ok(format!("{name} : {ty}\n\n(no doc comment: write `///` lines above a definition)"));
         }
-        let Some(lib) = self.library() else { return };
+        let lib = self.library()?;
         match lib.find(name) {
             Some(e) => {
                 let doc = match (&e.doc, e.module) {
@@ -409,9 +473,9 @@ impl Repl {
                     (None, "builtins") => "A builtin: docs/language.md describes it.".to_string(),
                     (None, _) => "(no doc comment)".to_string(),
                 };
-                println!("{} : {}\n\n{doc}", e.qualified(), e.ty);
+                Ok(format!("{} : {}\n\n{doc}", e.qualified(), e.ty))
             }
-            None => eprintln!("no documentation for `{name}`"),
+            None => Err(format!("no documentation for `{name}`")),
         }
     }
 }

@@ -5,6 +5,10 @@
 //! ordinary run-time error; an *internal* fault is a broken invariant of dp itself — a value
 //! of a kind the type checker ruled out, a delimiter missing from its place — which no checked
 //! program can reach, so it says it is a bug in dp instead of blaming the program.
+//! A third kind, *abort*, reads like a user fault but ends the program whatever `catch` is
+//! running: an interrupt (Ctrl-C), `exit`, and the resource limits (stack depth, fuel). A
+//! `catch` that could swallow them would let a program ignore the user's Ctrl-C or its own
+//! `exit`, and a runaway recursion caught and retried would never end.
 
 use crate::tensor::TensorError;
 
@@ -12,6 +16,7 @@ use crate::tensor::TensorError;
 pub enum FaultKind {
     User,
     Internal,
+    Abort,
 }
 
 #[derive(Debug)]
@@ -27,6 +32,16 @@ impl Fault {
     /// A fault of the program being run.
     pub fn new(msg: impl Into<String>) -> Fault {
         Fault { kind: FaultKind::User, msg: msg.into(), help: None }
+    }
+
+    /// A fault no `catch` may intercept (see the module's comment).
+    pub fn abort(msg: impl Into<String>) -> Fault {
+        Fault { kind: FaultKind::Abort, msg: msg.into(), help: None }
+    }
+
+    /// Whether `catch` hands this fault to its handler: the program's own faults only.
+    pub fn is_catchable(&self) -> bool {
+        self.kind == FaultKind::User
     }
 
     /// A broken invariant of dp: `msg` says which, for the bug report.
@@ -46,7 +61,7 @@ impl Fault {
     /// The text a user sees. Internal faults never read as the program's error.
     pub fn message(&self) -> String {
         match self.kind {
-            FaultKind::User => self.msg.clone(),
+            FaultKind::User | FaultKind::Abort => self.msg.clone(),
             FaultKind::Internal => format!("{} — this is a bug in dp, please report it", self.msg),
         }
     }
@@ -78,6 +93,10 @@ mod tests {
         assert_eq!(f.message(), "`Neg` on String — this is a bug in dp, please report it");
         let u = Fault::new("division by zero");
         assert!(!u.is_internal());
+        assert!(u.is_catchable() && !f.is_catchable());
+        let a = Fault::abort("interrupted");
+        assert!(!a.is_internal() && !a.is_catchable());
+        assert_eq!(a.message(), "interrupted");
         assert_eq!(u.message(), "division by zero");
     }
 

@@ -1,6 +1,6 @@
 //! The machine's continuation as data: segments, each a value stack and a frame stack ended
 //! by a delimiter (DESIGN.md principles 1–2). Every running handler — `reset`, a `grad`'s
-//! prompt and handler, a `jvp` — is a delimiter, so what is live and in which order is read
+//! prompt and handler, a `jvp`, a `catch` — is a delimiter, so what is live and in which order is read
 //! off the delimiters alone. The machine (eval/machine.rs) runs them.
 
 use super::perturbed::GradState;
@@ -31,6 +31,11 @@ pub enum Delim {
     /// primal and the tangent of this tag. A delimiter rather than a frame, so that every
     /// running level is a segment boundary and their order is found without reading frames.
     Jvp(u32),
+    /// Where `catch`'s body runs, holding its handler: a fault of the program raised above it
+    /// cuts the stack back to here and calls the handler with the message (the span is the
+    /// `catch` call's). A delimiter, so a
+    /// `shift` between a `reset` and the body captures it with the rest of the continuation.
+    Catch(Box<(Value, Span)>),
 }
 
 #[derive(Clone)]

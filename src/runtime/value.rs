@@ -243,11 +243,39 @@ pub fn fmt_float(x: f64) -> String {
 /// Renders a value. Strings are quoted when nested inside a structure (`top` false).
 pub fn show(v: &Value, top: bool) -> String {
     let mut out = String::new();
-    show_into(v, top, &mut out, 0);
+    show_into(v, top, &mut Out { text: &mut out, open_refs: std::collections::HashSet::new() }, 0);
     out
 }
 
-fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
+/// Where `show` writes, and the reference cells it is inside of: a cell met again while it is
+/// still open is a cycle (built by assignment) and prints as `<cycle>`, as OCaml's toplevel
+/// does; a cell shared but not cyclic prints in full at each place.
+struct Out<'a> {
+    text: &'a mut String,
+    open_refs: std::collections::HashSet<*const RefCell<Value>>,
+}
+
+impl std::ops::Deref for Out<'_> {
+    type Target = String;
+    fn deref(&self) -> &String {
+        self.text
+    }
+}
+
+impl std::ops::DerefMut for Out<'_> {
+    fn deref_mut(&mut self) -> &mut String {
+        self.text
+    }
+}
+
+impl std::fmt::Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
+fn show_into(v: &Value, top: bool, out: &mut Out, depth: usize) {
     if depth > 1_000_000 {
         out.push('…');
         return;
@@ -290,8 +318,17 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
         }
         Value::Ref(r) => {
             out.push_str("ref ");
+            let cell = Rc::as_ptr(r);
+            if out.open_refs.contains(&cell) {
+                out.push_str("<cycle>");
+                return;
+            }
             match r.try_borrow() {
-                Ok(x) => show_arg(&x, out, depth + 1),
+                Ok(x) => {
+                    out.open_refs.insert(cell);
+                    show_arg(&x, out, depth + 1);
+                    out.open_refs.remove(&cell);
+                }
                 Err(_) => out.push('…'),
             }
         }
@@ -303,7 +340,7 @@ fn show_into(v: &Value, top: bool, out: &mut String, depth: usize) {
 }
 
 /// An argument of a constructor or `ref`: parenthesised unless it prints as one token.
-fn show_arg(v: &Value, out: &mut String, depth: usize) {
+fn show_arg(v: &Value, out: &mut Out, depth: usize) {
     let v = strip(v);
     let atomic = match &v {
         Value::Con(c) => c.args.is_empty(),
@@ -323,7 +360,7 @@ fn show_arg(v: &Value, out: &mut String, depth: usize) {
 
 /// `tensor [[1.0, 2.0], [3.0, 4.0]]`; large tensors show their shape and a summary.
 /// The items of a tuple or list, comma-separated between `brackets`.
-fn show_seq<'a>(brackets: (char, char), items: impl Iterator<Item = &'a Value>, out: &mut String, depth: usize) {
+fn show_seq<'a>(brackets: (char, char), items: impl Iterator<Item = &'a Value>, out: &mut Out, depth: usize) {
     out.push(brackets.0);
     for (i, x) in items.enumerate() {
         if i > 0 {

@@ -31,6 +31,7 @@ pub const BUILTINS: &[&str] = &[
     "getenv",
     "exit",
     "error",
+    "catch",
     // conversions and strings
     "float",
     "int",
@@ -70,6 +71,12 @@ pub const BUILTINS: &[&str] = &[
     "uniform",
     "load_npy",
     "save_npy",
+    "read_csv",
+    "load_csv",
+    "save_params",
+    "load_params",
+    "load_npz",
+    "save_npz",
     "shape",
     "reshape",
     "transpose",
@@ -109,6 +116,7 @@ pub const BUILTINS: &[&str] = &[
     "progress_tick",
     "progress_finish",
     "plot",
+    "plot_with",
 ];
 
 /// Built-in type names.

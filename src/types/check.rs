@@ -190,7 +190,10 @@ fn convert_simple(sub: &mut Subst, te: &TypeExpr, vars: &mut HashMap<String, Ty>
             Ty::fun(convert_simple(sub, a, vars, answer), convert_simple(sub, b, vars, answer), answer.clone())
         }
         TypeExprKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|a| convert_simple(sub, a, vars, answer)).collect()),
-        TypeExprKind::Record(_) => Ty::unit(),
+        // A closed record (`plot_with`'s options): exactly these fields.
+        TypeExprKind::Record(fs) => Ty::Record(Rc::new(fs.iter().rev().fold(Ty::RowEmpty, |row, f| {
+            Ty::RowExt(f.name.as_str().into(), Rc::new(convert_simple(sub, &f.value, vars, answer)), Rc::new(row))
+        }))),
     }
 }
 
@@ -452,7 +455,7 @@ impl Checker {
                         "`tensor` takes Floats, Ints or Bools in nested lists, such as `tensor [[1.0, 2.0], [3.0, 4.0]]` (float32), `tensor [1, 2]` (int64) or `tensor [true, false]` (bool)",
                     );
                 } else if c == class::DIFF {
-                    d = d.note("grad, value_and_grad and jvp differentiate with respect to Float, Tensor, or tuples, records and lists of them");
+                    d = d.note("grad, value_and_grad, jvp, the tree_ functions and save_params/load_params take Float, Tensor, or tuples, records and lists of them");
                 }
                 return d;
             }

@@ -22,7 +22,7 @@ mod dp_print;
 mod generate;
 mod ocaml_print;
 pub mod rng;
-mod runner;
+pub mod runner;
 mod unsound;
 
 use runner::{dp_fault, run_many, run_with_timeout, save_failure, Budget, Outcome, Summary};

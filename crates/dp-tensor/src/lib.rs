@@ -13,8 +13,10 @@ mod dtype;
 mod error;
 pub mod gpu;
 pub mod npy;
+pub mod npz;
 pub mod op;
 pub mod ops;
+pub mod safetensors;
 
 pub use dtype::{DType, Real};
 pub use error::{TResult, TensorError};
@@ -71,7 +73,6 @@ macro_rules! each_cpu {
         }
     };
 }
-
 
 impl Tensor {
     #[inline]
@@ -160,8 +161,10 @@ impl Tensor {
                 }
                 match &self.storage {
                     Storage::Bool(a) => Storage::I64(a.mapv(i64::from)),
-                    _ => Storage::I64(ArrayD::from_shape_vec(IxDyn(self.shape()), xs.iter().map(|&x| x as i64).collect())
-                        .map_err(|e| e.to_string())?),
+                    _ => Storage::I64(
+                        ArrayD::from_shape_vec(IxDyn(self.shape()), xs.iter().map(|&x| x as i64).collect())
+                            .map_err(|e| e.to_string())?,
+                    ),
                 }
             }
         };
@@ -345,7 +348,9 @@ impl Tensor {
             Storage::Gpu(g) => gpu::kernels::argmax_index(g),
             Storage::F32(a) => Ok(cpu::argmax(a)),
             Storage::F64(a) => Ok(cpu::argmax(a)),
-            _ => Ok(cpu::argmax(&ArrayD::from_shape_vec(IxDyn(self.shape()), self.to_f64s()).map_err(|e| e.to_string())?)),
+            _ => Ok(cpu::argmax(
+                &ArrayD::from_shape_vec(IxDyn(self.shape()), self.to_f64s()).map_err(|e| e.to_string())?,
+            )),
         }
     }
     /// The elements as float32 values, row-major (tests and small conversions).

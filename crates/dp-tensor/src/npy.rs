@@ -1,7 +1,9 @@
 //! NumPy `.npy` files (format version 1.0–3.0), C order, either byte order. A file keeps its
 //! dtype where dp has it — bool, int64, float32, float64 — and the others widen exactly:
 //! int8/16/32 and uint8/16/32 to int64 (uint64 too, when every value fits), float16 to
-//! float32. Nothing is rounded: a uint64 beyond int64's range is refused, naming the element.
+//! float32 (and bfloat16, which safetensors files hold). Nothing is rounded: a uint64 beyond
+//! int64's range is refused, naming the element. The element conversion (`convert`) is
+//! shared with `.npz` archives and safetensors checkpoints.
 
 use crate::{DType, TResult, Tensor};
 fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
@@ -32,6 +34,7 @@ enum Kind {
     Signed(usize),
     Unsigned(usize),
     Float(usize),
+    BFloat16,
 }
 
 /// The element kind of a `descr` and whether it is big-endian.
@@ -55,6 +58,7 @@ fn element_kind(descr: &str) -> Option<(Kind, bool)> {
         "f2" => Kind::Float(2),
         "f4" => Kind::Float(4),
         "f8" => Kind::Float(8),
+        "bf2" => Kind::BFloat16,
         _ => return None,
     };
     Some((kind, big))
@@ -64,6 +68,7 @@ impl Kind {
     fn width(self) -> usize {
         match self {
             Kind::Bool => 1,
+            Kind::BFloat16 => 2,
             Kind::Signed(w) | Kind::Unsigned(w) | Kind::Float(w) => w,
         }
     }
@@ -101,58 +106,79 @@ fn half_to_f64(h: u16) -> f64 {
 
 pub fn load(path: &str) -> TResult<Tensor> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
-    decode(&bytes).map_err(|e| format!("`{path}`{e}").into())
+    decode(&bytes, path)
 }
 
-/// A `.npy` file's tensor from its bytes; errors read after the file's name (`: …` or ` is …`).
-pub fn decode(bytes: &[u8]) -> Result<Tensor, String> {
+/// One `.npy` file's bytes as a tensor; `name` (a path, or an archive member) heads errors.
+pub fn decode(bytes: &[u8], name: &str) -> TResult<Tensor> {
+    let path = name;
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(" is not a NumPy .npy file".into());
+        return Err(format!("`{path}` is not a NumPy .npy file").into());
     }
     let (hlen, start): (usize, usize) = if bytes[6] == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
         if bytes.len() < 12 {
-            return Err(": truncated header".into());
+            return Err(format!("`{path}`: truncated header").into());
         }
         (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
     };
-    let header = bytes.get(start..start.saturating_add(hlen)).ok_or(": truncated header")?;
-    let header = std::str::from_utf8(header).map_err(|_| ": the header is not text")?;
-    let (descr, fortran, shape) = parse_header(header).map_err(|e| format!(": {e}"))?;
+    let header = bytes.get(start..start.saturating_add(hlen)).ok_or(format!("`{path}`: truncated header"))?;
+    let header = std::str::from_utf8(header).map_err(|_| format!("`{path}`: the header is not text"))?;
+    let (descr, fortran, shape) = parse_header(header).map_err(|e| format!("`{path}`: {e}"))?;
     if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
-        return Err(": Fortran-ordered arrays are not supported (save with np.ascontiguousarray)".into());
+        return Err(
+            format!("`{path}`: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)").into()
+        );
     }
-    let data = &bytes[start + hlen..];
-    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    let Some((kind, big)) = element_kind(&descr) else {
+    if element_kind(&descr).is_none() {
         return Err(format!(
-            ": unsupported dtype `{descr}` (bool, int8–int64, uint8–uint64 and float16–float64 are)"
-        ));
+            "`{path}`: unsupported dtype `{descr}` (bool, int8–int64, uint8–uint64 and float16–float64 are)"
+        )
+        .into());
+    }
+    convert(&descr, &shape, &bytes[start + hlen..], path)
+}
+
+/// Elements of NumPy dtype `descr` (`<f8`, `|u1`, …; also `<bf2` for bfloat16, which NumPy
+/// lacks but safetensors has) laid out in C order as a tensor of `shape`, in the dtype dp
+/// keeps for it (above): exactly, or refused naming the first element that does not fit.
+/// Bytes past the data are ignored; `what` names the source in errors.
+pub fn convert(descr: &str, shape: &[usize], data: &[u8], what: &str) -> TResult<Tensor> {
+    let path = what;
+    let Some((kind, big)) = element_kind(descr) else {
+        return Err(format!("`{path}`: unsupported dtype `{descr}`").into());
     };
     let width = kind.width();
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
-        return Err(format!(" is truncated: the shape {shape:?} needs more data than it holds"));
+        return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
     let elements = data[..size].chunks_exact(width);
-    let t = match kind {
-        Kind::Bool => Tensor::from_bools(&shape, elements.map(|b| b[0] != 0).collect()),
-        Kind::Signed(_) => Tensor::from_i64s(&shape, elements.map(|b| signed(b, big)).collect()),
+    match kind {
+        Kind::Bool => Tensor::from_bools(shape, elements.map(|b| b[0] != 0).collect()),
+        Kind::Signed(_) => Tensor::from_i64s(shape, elements.map(|b| signed(b, big)).collect()),
         Kind::Unsigned(_) => {
             let values: Vec<u64> = elements.map(|b| unsigned(b, big)).collect();
             if let Some(i) = values.iter().position(|&v| i64::try_from(v).is_err()) {
-                return Err(format!(": element {i} is {}, beyond int64's range: it would not be loaded exactly", values[i]));
+                return Err(format!(
+                    "`{path}`: element {i} is {}, beyond int64's range: it would not be loaded exactly",
+                    values[i]
+                )
+                .into());
             }
-            Tensor::from_i64s(&shape, values.into_iter().map(|v| v as i64).collect())
+            Tensor::from_i64s(shape, values.into_iter().map(|v| v as i64).collect())
         }
-        Kind::Float(2) => Tensor::from_vec(
-            &shape,
-            elements.map(|b| half_to_f64(unsigned(b, big) as u16) as f32).collect(),
-        ),
-        Kind::Float(4) => Tensor::from_vec(&shape, elements.map(|b| f32::from_bits(unsigned(b, big) as u32)).collect()),
-        Kind::Float(_) => Tensor::from_f64s(&shape, elements.map(|b| f64::from_bits(unsigned(b, big))).collect()),
-    };
-    t.map_err(|e| format!(": {e}"))
+        Kind::Float(2) => {
+            Tensor::from_vec(shape, elements.map(|b| half_to_f64(unsigned(b, big) as u16) as f32).collect())
+        }
+        // bfloat16 is the top half of a float32.
+        Kind::BFloat16 => {
+            Tensor::from_vec(shape, elements.map(|b| f32::from_bits((unsigned(b, big) as u32) << 16)).collect())
+        }
+        Kind::Float(4) => Tensor::from_vec(shape, elements.map(|b| f32::from_bits(unsigned(b, big) as u32)).collect()),
+        Kind::Float(_) => Tensor::from_f64s(shape, elements.map(|b| f64::from_bits(unsigned(b, big))).collect()),
+    }
 }
 
 /// The tensor as a `.npy` file of its own dtype.
@@ -162,13 +188,34 @@ pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
         1 => format!("({},)", shape[0]),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    let (descr, data): (&str, Vec<u8>) = match t.dtype() {
-        DType::F32 => ("<f4", t.f32s().map_or_else(Vec::new, |a| a.iter().flat_map(|x| x.to_le_bytes()).collect())),
-        DType::F64 => ("<f8", t.to_f64s().iter().flat_map(|x| x.to_le_bytes()).collect()),
-        DType::I64 => ("<i8", t.i64s().map_or_else(Vec::new, |a| a.iter().flat_map(|x| x.to_le_bytes()).collect())),
-        DType::Bool => ("|b1", t.bools().map_or_else(Vec::new, |a| a.iter().map(|&b| u8::from(b)).collect())),
-    };
-    encode(descr, &shape_txt, &data)
+    encode(descr_of(t.dtype()), &shape_txt, &le_bytes(t))
+}
+
+/// NumPy's name of a dtype, little-endian.
+pub fn descr_of(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "<f4",
+        DType::F64 => "<f8",
+        DType::I64 => "<i8",
+        DType::Bool => "|b1",
+    }
+}
+
+/// A tensor's elements as little-endian bytes of its dtype, in C order.
+pub fn le_bytes(t: &Tensor) -> Vec<u8> {
+    fn bytes<T: Copy, const N: usize>(a: &ndarray::ArrayD<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        a.iter().flat_map(|&x| f(x)).collect()
+    }
+    match (t.f32s(), t.i64s(), t.bools()) {
+        (Some(a), _, _) => match a.as_slice() {
+            // The common case, a contiguous tensor on a little-endian machine, is one copy.
+            Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
+            _ => bytes(a, f32::to_le_bytes),
+        },
+        (_, Some(a), _) => bytes(a, i64::to_le_bytes),
+        (_, _, Some(a)) => bytes(a, |b| [u8::from(b)]),
+        _ => t.to_f64s().iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
 }
 
 pub fn save(path: &str, t: &Tensor) -> TResult<()> {

@@ -37,7 +37,14 @@ impl Un {
             Un::Sqrt => x.sqrt(),
             Un::Tanh => x.tanh(),
             Un::Sigmoid => F::one() / (F::one() + (-x).exp()),
-            Un::Relu => x.max(F::zero()),
+            // NaN propagates, as NumPy's and JAX's maximum(x, 0) (f64::max would give 0).
+            Un::Relu => {
+                if x.is_nan() {
+                    x
+                } else {
+                    x.max(F::zero())
+                }
+            }
             Un::Abs => x.abs(),
         }
     }
@@ -52,6 +59,9 @@ pub enum Bin {
     Mul = 2,
     Div = 3,
     Pow = 4,
+    /// `a` where `b > 0`, else 0: a select, not a product (an infinite or NaN `a` stays out
+    /// where `b` is 0). Internal: the derivative rules' masks (`TOp::Mask`).
+    Mask = 5,
 }
 
 impl Bin {
@@ -63,6 +73,7 @@ impl Bin {
             Bin::Mul => "`*`",
             Bin::Div => "`/`",
             Bin::Pow => "`**`",
+            Bin::Mask => "mask",
         }
     }
 }
@@ -95,18 +106,23 @@ pub enum TOp {
     Slice(usize, usize, usize),
     /// Zero padding around a slice (the adjoint of `Slice`): axis, offset, full shape.
     Unslice(usize, usize, Vec<usize>),
+    /// (x, m): x where m > 0, else 0, for a mask m of x's shape held constant (the
+    /// derivative rules' selects: a zero there stops an infinite adjoint, as in JAX).
+    Mask,
     /// 1 where the input is positive, else 0 (relu's derivative; not differentiable).
     Step,
     /// The sign of each element (abs's derivative; not differentiable).
     Sign,
     /// 1 at the position of the maximum (max's derivative; not differentiable).
     ArgmaxMask,
-    /// Valid, stride-1 2-D convolution (NCHW input, OCKK weights). Differentiable once.
+    /// Valid, stride-1 2-D convolution (NCHW input, OCKK weights). Bilinear: its adjoints are
+    /// convolutions again, so it is differentiable to any order.
     Conv2d,
-    /// The adjoints of Conv2d given (x, w, g): not differentiable further.
+    /// The adjoints of Conv2d given (x, w, g), bilinear in the two they read (differentiable).
     Conv2dInputGrad,
     Conv2dWeightGrad,
-    /// k×k, stride-k max pooling. Differentiable once.
+    /// k×k, stride-k max pooling: routes by the (locally constant) argmax, so its adjoints
+    /// are pooling routes again and it is differentiable to any order.
     MaxPool2d(usize),
     /// Routes (x, g) back to each window's maximum.
     MaxPool2dGrad(usize),
@@ -306,6 +322,7 @@ impl TOp {
             | TOp::BroadcastTo(_)
             | TOp::Transpose
             | TOp::Unslice(..)
+            | TOp::Mask
             | TOp::Step
             | TOp::Sign
             | TOp::ArgmaxMask

@@ -44,6 +44,8 @@ pub trait Backend: Sized {
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self>;
     fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self>;
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self>;
+    /// `self` where `m > 0`, else 0 (equal shapes).
+    fn mask(&self, m: &Self) -> TResult<Self>;
     fn step(&self) -> TResult<Self>;
     fn sign(&self) -> TResult<Self>;
     fn argmax_mask(&self) -> TResult<Self>;
@@ -171,6 +173,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::Concat(axis) => t(B::concat(&(0..args.len()).map(arg).collect::<TResult<Vec<_>>>()?, *axis)?),
         TOp::Slice(axis, lo, hi) => t(x.slice(*axis, *lo, *hi)?),
         TOp::Unslice(axis, lo, shape) => t(x.unslice(*axis, *lo, shape)?),
+        TOp::Mask => t(x.mask(arg(1)?)?),
         TOp::Step => t(x.step()?),
         TOp::Sign => t(x.sign()?),
         TOp::ArgmaxMask => t(x.argmax_mask()?),
@@ -180,7 +183,9 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
-        TOp::ToDevice(_) | TOp::AsType(_) => Err(TensorError::internal(format!("{} is not a backend operation", op.name()))),
+        TOp::ToDevice(_) | TOp::AsType(_) => {
+            Err(TensorError::internal(format!("{} is not a backend operation", op.name())))
+        }
     }
 }
 

@@ -74,6 +74,15 @@ fn write_out(m: &mut Machine, s: &str, newline: bool) -> FResult<()> {
     Ok(())
 }
 
+/// A text file's contents; a file that is not UTF-8 is refused with the place of the first
+/// bad byte.
 fn read(path: &str) -> FResult<String> {
-    std::fs::read_to_string(path).map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))
+    let bytes = std::fs::read(path).map_err(|e| Fault::new(format!("cannot read `{path}`: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..at];
+        let line = 1 + before.iter().filter(|&&c| c == b'\n').count();
+        let col = 1 + at - before.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+        Fault::new(format!("cannot read `{path}`: it is not UTF-8 text (line {line}, byte {col} of the line)"))
+    })
 }

@@ -1,11 +1,15 @@
 //! The language's builtins that are functions of their arguments (no transfer of control; the
-//! machine itself does `reset`, `shift`, `grad`, `jvp` and `exit`), one module per idea:
-//! `io` (output, files, arguments), `strings`, `numbers` (and reference cells), `tensor` (the
-//! tensor builtins of LANGUAGE.md "Tensors"), `tree` (arithmetic over parameter structures) and
-//! `progress` (training-loop reports and plots).
+//! machine itself does `reset`, `shift`, `catch`, `grad`, `jvp` and `exit`), one module per
+//! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
+//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tree`
+//! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
+//! `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
 
+pub mod csv;
+pub mod files;
 pub mod io;
 pub mod numbers;
+pub mod plot;
 pub mod progress;
 pub mod strings;
 pub mod tensor;
@@ -41,7 +45,10 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Chars
         | B::ConcatStrings
         | B::Split => strings::call(b, arg),
-        B::ProgressStart | B::ProgressTick | B::ProgressFinish | B::Plot => progress::call(m, b, arg),
+        B::ReadCsv | B::LoadCsv => csv::call(b, arg),
+        B::ProgressStart | B::ProgressTick | B::ProgressFinish => progress::call(m, b, arg),
+        B::Plot | B::PlotWith => plot::call(m, b, arg),
+        B::SaveParams | B::LoadParams | B::LoadNpz | B::SaveNpz => files::call(b, arg),
         B::TreeAdd
         | B::TreeSub
         | B::TreeMul

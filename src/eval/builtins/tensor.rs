@@ -3,8 +3,9 @@
 
 use crate::ad;
 use crate::builtins::B;
+use crate::core::Prim;
 use crate::eval::machine::Machine;
-use crate::runtime::perturbed::strip;
+use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
@@ -27,6 +28,12 @@ fn index(v: &Value, what: &str) -> FResult<usize> {
 
 fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
     let dims = v.iter_list().map(|d| index(d, "a dimension")).collect::<FResult<Vec<_>>>()?;
+    checked_shape(dims)
+}
+
+/// A shape whose tensor dp may allocate: a larger one would abort the process when the
+/// allocation fails rather than raise an error.
+fn checked_shape(dims: Vec<usize>) -> FResult<Vec<usize>> {
     let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     match n {
         Some(n) if n <= 1 << 31 => Ok(dims),
@@ -35,8 +42,32 @@ fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
 }
 
 /// Nested lists of Floats, Ints or Bools to a float32, int64 or bool tensor
-/// (`tensor [[1.0, 2.0], [3.0, 4.0]]`); the checker makes every leaf the same type.
-fn from_nested(v: &Value) -> FResult<Tensor> {
+/// (`tensor [[1.0, 2.0], [3.0, 4.0]]`; the checker makes every leaf the same type). With perturbed
+/// elements, the tensor is assembled from them by differentiable operations (each element
+/// broadcast to [1], concatenated, reshaped), so derivatives flow through `tensor`.
+fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
+    let (shape, leaves) = nested(v)?;
+    if !leaves.iter().any(is_ad) {
+        return new(match leaves.first() {
+            Some(Value::Int(_)) => {
+                Tensor::from_i64s(&shape, leaves.iter().map(Value::as_int).collect::<FResult<_>>()?)?
+            }
+            Some(Value::Bool(_)) => {
+                Tensor::from_bools(&shape, leaves.iter().map(|b| matches!(b, Value::Bool(true))).collect())?
+            }
+            _ => Tensor::from_vec(&shape, leaves.iter().map(|x| Ok(x.as_float()? as f32)).collect::<FResult<_>>()?)?,
+        });
+    }
+    let parts = leaves
+        .into_iter()
+        .map(|x| ad::tensor::call(m, TOp::BroadcastTo(vec![1]), vec![x]))
+        .collect::<FResult<Vec<_>>>()?;
+    let flat = ad::tensor::call(m, TOp::Concat(0), parts)?;
+    ad::tensor::call(m, TOp::Reshape(shape), vec![flat])
+}
+
+/// The shape of a nested list of Floats, Ints or Bools and its elements in row-major order.
+fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
     let mut shape = Vec::new();
     let mut cur = v.clone();
     while let Value::Nil | Value::Cons(_) = cur {
@@ -52,11 +83,13 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
     fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<Value>) -> FResult<()> {
         if depth == shape.len() {
             return match strip(v) {
-                leaf @ (Value::Float(_) | Value::Int(_) | Value::Bool(_)) => {
-                    data.push(leaf);
+                Value::Float(_) | Value::Int(_) | Value::Bool(_) => {
+                    data.push(v.clone());
                     Ok(())
                 }
-                other => Err(Fault::new(format!("tensor: expected a Float, Int or Bool, found a {}", other.type_name()))),
+                other => {
+                    Err(Fault::new(format!("tensor: expected a Float, Int or Bool, found a {}", other.type_name())))
+                }
             };
         }
         let n = v.iter_list().count();
@@ -69,24 +102,39 @@ fn from_nested(v: &Value) -> FResult<Tensor> {
         v.iter_list().try_for_each(|x| walk(x, depth + 1, shape, data))
     }
     walk(v, 0, &shape, &mut data)?;
-    Ok(match data.first() {
-        Some(Value::Int(_)) => Tensor::from_i64s(&shape, data.iter().map(Value::as_int).collect::<FResult<_>>()?)?,
-        Some(Value::Bool(_)) => Tensor::from_bools(&shape, data.iter().map(|b| matches!(b, Value::Bool(true))).collect())?,
-        _ => Tensor::from_vec(&shape, data.iter().map(|x| x.as_float().map(|x| x as f32)).collect::<FResult<_>>()?)?,
-    })
+    Ok((shape, data))
+}
+
+/// `to_list` of a perturbed tensor: each element read as a differentiable Float (flattened,
+/// then `Row` i and `Item`). Each element's reverse rule scatters into a tensor of the whole
+/// shape, so the backward pass costs O(n²) for n elements: fine for the small tensors this is
+/// used on inside a derivative.
+fn to_list_ad(m: &mut Machine, t: Value) -> FResult<Value> {
+    let n = ad::shape_of(&t).iter().product::<usize>();
+    let flat = ad::tensor::call(m, TOp::Reshape(vec![n]), vec![t])?;
+    let items = (0..n)
+        .map(|i| {
+            let r = ad::tensor::call(m, TOp::Row(i), vec![flat.clone()])?;
+            ad::tensor::call(m, TOp::Item, vec![r])
+        })
+        .collect::<FResult<Vec<_>>>()?;
+    Ok(Value::list(items.into_iter()))
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     Ok(match b {
-        B::TensorOf => new(from_nested(&arg())?)?,
+        B::TensorOf => tensor_of(m, &arg())?,
         B::Zeros => new_full(&shape_arg(&arg())?, 0.0)?,
         B::Ones => new_full(&shape_arg(&arg())?, 1.0)?,
         B::Full => {
             let s = shape_arg(&arg())?;
-            new_full(&s, arg().as_float()? as f32)?
+            match arg() {
+                v if is_ad(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
+                v => new_full(&s, v.as_float()? as f32)?,
+            }
         }
         B::Arange => {
-            let n = index(&arg(), "arange's length")?;
+            let n = checked_shape(vec![index(&arg(), "arange's length")?])?[0];
             new(Tensor::from_vec(&[n], (0..n).map(|i| i as f32).collect())?)?
         }
         B::Randn => {
@@ -98,11 +146,26 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Uniform => {
             let seed = arg().as_int()?;
-            let (lo, hi) = (arg().as_float()?, arg().as_float()?);
+            let (lo_v, hi_v) = (arg(), arg());
+            let (lo, hi) = (lo_v.as_float()?, hi_v.as_float()?);
             let s = shape_arg(&arg())?;
-            let mut rng = Rng::new(seed as u64);
             let n = s.iter().product();
-            new(Tensor::from_vec(&s, (0..n).map(|_| (lo + (hi - lo) * rng.uniform()) as f32).collect())?)?
+            let mut rng = Rng::new(seed as u64);
+            let u: Vec<f64> = (0..n).map(|_| rng.uniform()).collect();
+            let values = new(Tensor::from_vec(&s, u.iter().map(|&u| (lo + (hi - lo) * u) as f32).collect())?)?;
+            if !is_ad(&lo_v) && !is_ad(&hi_v) {
+                values
+            } else {
+                // values + dlo + (dhi - dlo) · u, where dlo = lo - (lo's value) is 0 carrying
+                // lo's perturbation: the same numbers, with ∂/∂lo = 1 - u and ∂/∂hi = u.
+                let dlo = m.prim2(Prim::Sub, lo_v, Value::Float(lo))?;
+                let dhi = m.prim2(Prim::Sub, hi_v, Value::Float(hi))?;
+                let u = new(Tensor::from_vec(&s, u.iter().map(|&u| u as f32).collect())?)?;
+                let span = m.prim2(Prim::Sub, dhi, dlo.clone())?;
+                let spread = m.prim2(Prim::Mul, span, u)?;
+                let shifted = m.prim2(Prim::Add, values, dlo)?;
+                m.prim2(Prim::Add, shifted, spread)?
+            }
         }
         B::LoadNpy => new(npy::load(&arg().as_str()?)?)?,
         B::SaveNpy => {
@@ -181,7 +244,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Logsumexp => ad::tensor::call(m, TOp::Logsumexp, vec![arg()])?,
         B::Item => ad::tensor::call(m, TOp::Item, vec![arg()])?,
         B::ToList => {
-            let t = arg().as_tensor()?;
+            let t = arg();
+            if is_ad(&t) {
+                return to_list_ad(m, t);
+            }
+            let t = t.as_tensor()?;
             Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
         B::Dtype => Value::Str(std::rc::Rc::new(arg().as_tensor()?.dtype().name().to_string())),

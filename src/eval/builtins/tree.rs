@@ -6,21 +6,80 @@ use crate::ad::{self, map_leaves, zip_leaves};
 use crate::builtins::B;
 use crate::core::Prim;
 use crate::eval::machine::Machine;
-use crate::runtime::perturbed::strip;
+use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Un};
+use std::rc::Rc;
 
 fn sqrt(m: &mut Machine, v: Value) -> FResult<Value> {
     ad::apply_un(m, Un::Sqrt, v)
 }
 
-fn clip(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
+fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
     Ok(match strip(v) {
         Value::Float(x) => Value::Float(x.clamp(lo, hi)),
-        Value::Tensor(t) => Value::Tensor(std::rc::Rc::new(t.clamp(lo as f32, hi as f32)?)),
+        Value::Tensor(t) => Value::Tensor(Rc::new(t.clamp(lo as f32, hi as f32)?)),
         other => other,
     })
+}
+
+/// `x` clipped to [lo, hi], differentiable: as JAX's `clip` (min (max x lo) hi), the
+/// derivative is 1 strictly inside, 0 outside, and 1/2 for each bound `x` sits on (the
+/// balanced tie of max and min). The value is the plain clamp; the perturbation of `x` is kept
+/// with weight w by `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`: selects, so an
+/// infinite `x` outside the bounds does not make 0 · inf.
+fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
+    let c = clamp(&x, lo, hi)?;
+    if !is_ad(&x) {
+        return Ok(c);
+    }
+    let w = match strip(&x) {
+        Value::Float(s) => {
+            let side = |above: bool, on: bool| {
+                if above {
+                    1.0
+                } else if on {
+                    0.5
+                } else {
+                    0.0
+                }
+            };
+            let at_lo = s.max(lo);
+            let w = side(s > lo, s == lo) * side(at_lo < hi, at_lo == hi);
+            if w == 1.0 {
+                return Ok(x);
+            }
+            if w == 0.0 {
+                return Ok(c);
+            }
+            Value::Float(w)
+        }
+        Value::Tensor(s) => {
+            // side(a, b) = (step (a - b) + 1 - step (b - a)) / 2: 1 above, 1/2 on, 0 below.
+            let side = |m: &mut Machine, a: Value, b: Value| -> FResult<Value> {
+                let d = m.prim2(Prim::Sub, a.clone(), b.clone())?;
+                let above = ad::tensor::call(m, TOp::Step, vec![d])?;
+                let e = m.prim2(Prim::Sub, b, a)?;
+                let below = ad::tensor::call(m, TOp::Step, vec![e])?;
+                let not_below = m.prim2(Prim::Sub, Value::Float(1.0), below)?;
+                let sum = m.prim2(Prim::Add, above, not_below)?;
+                m.prim2(Prim::Mul, sum, Value::Float(0.5))
+            };
+            let s = Value::Tensor(s);
+            let w_lo = side(m, s.clone(), Value::Float(lo))?;
+            let at_lo = clamp(&s, lo, f64::INFINITY)?;
+            let w_hi = side(m, Value::Float(hi), at_lo)?;
+            m.prim2(Prim::Mul, w_lo, w_hi)?
+        }
+        _ => return Ok(c),
+    };
+    let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
+    let kept = ad::tensor::select(m, x, w.clone())?;
+    let kept = m.prim2(Prim::Mul, kept, w)?;
+    let fixed = ad::tensor::select(m, c, rest.clone())?;
+    let fixed = m.prim2(Prim::Mul, fixed, rest)?;
+    m.prim2(Prim::Add, kept, fixed)
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
@@ -42,7 +101,13 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::TreeSqrt => map_leaves(arg(), &mut |x| sqrt(m, x))?,
         B::TreeClip => {
             let (lo, hi) = (arg().as_float()?, arg().as_float()?);
-            map_leaves(arg(), &mut |x| clip(&x, lo, hi))?
+            // `clamp` would panic on these: they name no interval.
+            if lo.is_nan() || hi.is_nan() || lo > hi {
+                return Err(Fault::new(format!(
+                    "tree_clip {lo} {hi}: the bounds must satisfy lo <= hi (and not be NaN)"
+                )));
+            }
+            map_leaves(arg(), &mut |x| clip(m, x, lo, hi))?
         }
         B::TreeZeros => map_leaves(arg(), &mut |x| Ok(ad::zero_like(&x)))?,
         B::TreeSumSquares => {

@@ -100,11 +100,17 @@ pub fn pool<T: Real>(x: &ArrayD<T>, k: usize, g: Option<&ArrayD<T>>, pick: bool)
     for plane in 0..n * c {
         for y in 0..oh {
             for xx in 0..ow {
-                let mut best = (T::neg_infinity(), 0usize);
-                for i in 0..k {
+                // The window's first NaN (the maximum is then NaN: it propagates), else its
+                // first largest element; an all -inf window routes to its own first element.
+                let first = plane * h * w + y * k * w + xx * k;
+                let mut best = (xs[first], first);
+                'window: for i in 0..k {
                     for j in 0..k {
                         let idx = plane * h * w + (y * k + i) * w + xx * k + j;
-                        if xs[idx] > best.0 {
+                        if best.0.is_nan() {
+                            break 'window;
+                        }
+                        if xs[idx].is_nan() || xs[idx] > best.0 {
                             best = (xs[idx], idx);
                         }
                     }

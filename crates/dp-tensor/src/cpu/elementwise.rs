@@ -41,6 +41,16 @@ macro_rules! with_bin {
                 let $f = <$t as num_traits::Float>::powf;
                 $body
             }
+            Bin::Mask => {
+                let $f = |x: $t, m: $t| {
+                    if m > <$t as num_traits::Zero>::zero() {
+                        x
+                    } else {
+                        <$t as num_traits::Zero>::zero()
+                    }
+                };
+                $body
+            }
         }
     };
 }
@@ -71,7 +81,9 @@ fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
 
 /// `t`'s array as `T` (the caller has converted it).
 fn real<T: Real>(t: &Tensor) -> TResult<&ArrayD<T>> {
-    T::of(t).ok_or_else(|| TensorError::internal(format!("a {} tensor where {} was expected", t.dtype().name(), T::DTYPE.name())))
+    T::of(t).ok_or_else(|| {
+        TensorError::internal(format!("a {} tensor where {} was expected", t.dtype().name(), T::DTYPE.name()))
+    })
 }
 
 /// dst[i] = g(dst[i], src[i]), with `src` broadcast to `dst`'s shape.
@@ -187,10 +199,13 @@ fn binary_int(op: Bin, a: &Tensor, b: &Tensor) -> TResult<Tensor> {
         Bin::Mul => fresh(x, y, &shape, i64::wrapping_mul)?,
         Bin::Pow => {
             if y.iter().any(|&e| e < 0) {
-                return Err(TensorError::new("`**`: an int64 tensor to a negative power (convert with `astype \"float32\"` first)"));
+                return Err(TensorError::new(
+                    "`**`: an int64 tensor to a negative power (convert with `astype \"float32\"` first)",
+                ));
             }
             fresh(x, y, &shape, |p, e| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX)))?
         }
+        Bin::Mask => fresh(x, y, &shape, |x, m| if m > 0 { x } else { 0 })?,
         Bin::Div => return Err(TensorError::internal("int64 division reached the integer kernel")),
     };
     Ok(Tensor { storage: Storage::I64(out) })

@@ -10,7 +10,7 @@ pub mod layout;
 pub mod vmath;
 
 use crate::ops::Backend;
-use crate::{fmt_shape, Real, TResult, Tensor};
+use crate::{fmt_shape, Real, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, Axis, IxDyn};
 
 /// The CPU backend, once for both floating dtypes.
@@ -36,10 +36,16 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(self.iter().fold(0.0, |s, &x| s + x.to_f64().unwrap_or(f64::NAN)))
     }
     fn max_all(&self) -> TResult<f64> {
-        Ok(self.iter().fold(T::neg_infinity(), |a, &b| a.max(b)).to_f64().unwrap_or(f64::NAN))
+        // NaN propagates (Float::max would skip it: a diverged loss would look finite).
+        let m = self.iter().fold(T::neg_infinity(), |a, &b| if a.is_nan() || b <= a { a } else { b });
+        Ok(m.to_f64().unwrap_or(f64::NAN))
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = self.max_all()?;
+        // An infinite (or NaN) maximum is the result: exp(x - m) would be exp(inf - inf).
+        if !m.is_finite() {
+            return Ok(m);
+        }
         let s: f64 = self.iter().map(|&x| (x.to_f64().unwrap_or(f64::NAN) - m).exp()).sum();
         Ok(m + s.ln())
     }
@@ -114,6 +120,12 @@ impl<T: Real> Backend for ArrayD<T> {
         out.slice_axis_mut(Axis(axis), ndarray::Slice::from(lo..lo + n)).assign(self);
         Ok(out)
     }
+    fn mask(&self, m: &Self) -> TResult<Self> {
+        if self.shape() != m.shape() {
+            return Err(TensorError::internal("a mask of another shape"));
+        }
+        Ok(ndarray::Zip::from(self).and(m).map_collect(|&x, &m| if m > T::zero() { x } else { T::zero() }))
+    }
     fn step(&self) -> TResult<Self> {
         Ok(self.mapv(|x| if x > T::zero() { T::one() } else { T::zero() }))
     }
@@ -141,11 +153,12 @@ impl<T: Real> Backend for ArrayD<T> {
     }
 }
 
-/// The position of the first largest element (row-major), or None for an empty array.
+/// The position of the first NaN, else of the first largest element (row-major), as NumPy's
+/// argmax; None for an empty array.
 pub fn argmax<T: num_traits::Float>(a: &ArrayD<T>) -> Option<usize> {
     let mut best: Option<(usize, T)> = None;
     for (i, &x) in a.iter().enumerate() {
-        if best.is_none_or(|(_, b)| x > b) {
+        if best.is_none_or(|(_, b)| !b.is_nan() && (x.is_nan() || x > b)) {
             best = Some((i, x));
         }
     }

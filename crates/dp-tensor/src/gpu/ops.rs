@@ -29,6 +29,10 @@ impl Backend for GpuTensor {
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = k::reduce_all(self, Fold::Max, 0.0)?;
+        // An infinite (or NaN) maximum is the result, as on the CPU.
+        if !m.is_finite() {
+            return Ok(m as f64);
+        }
         let s = k::reduce_all(self, Fold::SumExp, m)?;
         Ok(m as f64 + (s as f64).ln())
     }
@@ -73,6 +77,9 @@ impl Backend for GpuTensor {
     }
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self> {
         k::unslice(self, axis, lo, shape)
+    }
+    fn mask(&self, m: &Self) -> TResult<Self> {
+        k::binary(Bin::Mask, self, m)
     }
     fn step(&self) -> TResult<Self> {
         k::unary(UnOp::Step, self, 0.0, 0.0)

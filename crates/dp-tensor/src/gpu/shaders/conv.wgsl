@@ -112,18 +112,27 @@ fn conv2d_dw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     }
 }
 
-// The position (flat index into x) of the maximum of output window t (the first one on ties).
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// The position (flat index into x) of the maximum of output window t, as the CPU's
+// `conv::pool` picks it: the first NaN if any (the maximum is then NaN), else the first
+// largest element (an all -inf window: its first element).
 fn window_max(t: u32) -> u32 {
     let H = prm[1]; let W = prm[2]; let k = prm[3]; let OH = prm[4]; let OW = prm[5];
     let xx = t % OW;
     let y = (t / OW) % OH;
     let plane = t / (OW * OH);
-    var best = bitcast<f32>(0xff800000u);
     var at = plane * H * W + (y * k) * W + xx * k;
+    var best = x[at];
     for (var i = 0u; i < k; i = i + 1u) {
         for (var j = 0u; j < k; j = j + 1u) {
             let idx = plane * H * W + (y * k + i) * W + xx * k + j;
-            if (x[idx] > best) {
+            if (is_nan(best)) {
+                return at;
+            }
+            if (is_nan(x[idx]) || x[idx] > best) {
                 best = x[idx];
                 at = idx;
             }

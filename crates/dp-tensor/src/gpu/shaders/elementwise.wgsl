@@ -8,7 +8,7 @@
 // prm for `binary_same`:   [n, op]                    (equal shapes, no index arithmetic)
 // prm for `binary_scalar`: [n, op, bits of the Float, 1 if the Float is the left operand]
 // prm for `accumulate`:    [n]                        (out += a)
-// op: 0 +, 1 -, 2 *, 3 /, 4 **
+// op: 0 +, 1 -, 2 *, 3 /, 4 **, 5 mask (x where y > 0, else 0)
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -73,8 +73,12 @@ fn apply(op: u32, x: f32, y: f32) -> f32 {
         case 3u: {
             return x / y;
         }
-        default: {
+        case 4u: {
             return powf(x, y);
+        }
+        default: {
+            // mask: x where y > 0 (a 0/1 mask), else 0
+            return select(0.0, x, y > 0.0);
         }
     }
 }

@@ -32,8 +32,20 @@ fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
 }
 
+// NaN on the bits: shader compilers may assume float comparisons never see NaN.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// max propagates NaN, as on the CPU (a NaN anywhere makes the maximum NaN).
 fn combine(op: u32, p: f32, q: f32) -> f32 {
     if (op == 1u) {
+        if (is_nan(p)) {
+            return p;
+        }
+        if (is_nan(q)) {
+            return q;
+        }
         return max(p, q);
     }
     return p + q;
@@ -54,7 +66,7 @@ fn reduce_all(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     for (var i = g * WG + lid; i < n; i = i + stride) {
         let v = x[i];
         if (op == 1u) {
-            acc = max(acc, v);
+            acc = combine(op, acc, v);
         } else if (op == 2u) {
             acc = acc + exp(v - shift);
         } else {
@@ -155,14 +167,14 @@ fn reduce_groups_thread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_work
     out[o] = acc * bitcast<f32>(prm[5]);
 }
 
-// The CPU's argmax starts from the first element and moves only to a strictly larger one, so
-// NaN never wins except as the first element, and -0 ties with +0. Keys are integers ordered
-// that way (NaN lowest, a NaN first element highest): integer comparisons keep it exact where
-// float comparisons of NaN may be assumed away by the shader compiler.
+// The CPU's argmax is the first NaN if there is one (max propagates NaN, and its derivative
+// goes to the element that made it), else the first largest element; -0 ties with +0. Keys
+// are integers ordered that way (NaN highest): integer comparisons keep it exact where float
+// comparisons of NaN may be assumed away by the shader compiler.
 fn order_key(bits: u32, i: u32) -> u32 {
     let mag = bits & 0x7fffffffu;
     if (mag > 0x7f800000u) {
-        return select(0u, 0xffffffffu, i == 0u);
+        return 0xffffffffu;
     }
     if (mag == 0u) {
         return 0x80000000u;

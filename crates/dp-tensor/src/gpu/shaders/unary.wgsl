@@ -18,6 +18,10 @@ fn positive(v: f32) -> bool {
     return bitcast<u32>(v) - 1u < 0x7f800000u;
 }
 
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
     switch op {
         case 0u: {
@@ -49,7 +53,8 @@ fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
             return 1.0 / (1.0 + exp(-v));
         }
         case 9u: {
-            return select(0.0, v, v > 0.0);
+            // NaN propagates (NumPy's and JAX's maximum(x, 0)).
+            return select(0.0, v, positive(v) || is_nan(v));
         }
         case 10u: {
             return abs(v);
@@ -64,7 +69,7 @@ fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
             return select(0.0, log(v), positive(v));
         }
         default: {
-            return min(max(v, p0), p1);
+            return select(min(max(v, p0), p1), v, is_nan(v));
         }
     }
 }

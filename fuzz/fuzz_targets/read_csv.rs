@@ -1,0 +1,4 @@
+//! Fuzz target: `read_csv` (the body is in fuzz/src/lib.rs, shared with `cargo test`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| dp_fuzz::read_csv(data));
