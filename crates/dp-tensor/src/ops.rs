@@ -98,8 +98,8 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
             match dtype {
                 DType::F32 => apply::<ArrayD<f32>>(op, &args),
                 DType::F64 => apply::<ArrayD<f64>>(op, &args),
-                DType::I64 => apply_layout(op, &args, |t| t.i64s(), |a| Storage::I64(a)),
-                DType::Bool => apply_layout(op, &args, |t| t.bools(), |a| Storage::Bool(a)),
+                DType::I64 => apply_layout(op, &args, |t| t.i64s(), Storage::I64),
+                DType::Bool => apply_layout(op, &args, |t| t.bools(), Storage::Bool),
             }
         }
     }
