@@ -167,13 +167,14 @@ refs_available() {
 # ---- the two loops every workload runs ----------------------------------------------------
 # run_dp_rows R: times every dp binary on $PROG (dp_measure) and calls the workload's hook
 #   `dp_row LABEL HOW` with DP_LINE, DP_PER and DP_RSS set; HOW describes the timing.
-run_dp_rows() {
+run_dp_rows() {   # R [ARGS after REPS, e.g. STEPS DTYPE]
     local r=$1 i bin label
+    shift
     for i in "${!DP_BINS[@]}"; do
         bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
         if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
         note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$r)"
-        if dp_measure "$bin" "$PROG" "$r" "$DATA" --; then
+        if dp_measure "$bin" "$PROG" "$r" "$DATA" -- "$@"; then
             echo "$DP_LINE" >&2
             dp_row "$label" "(T(reps=$r) - T(reps=1)) / $((r - 1)), medians of $DP_RUNS processes"
         else

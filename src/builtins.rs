@@ -88,6 +88,8 @@ pub enum B {
     Item,
     ToList,
     ToDevice,
+    Dtype,
+    Astype,
     TreeAdd,
     TreeSub,
     TreeMul,
@@ -197,6 +199,8 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("item", B::Item, "Tensor -> Float"),
     ("to_list", B::ToList, "Tensor -> List Float"),
     ("to_device", B::ToDevice, "String -> Tensor -> Tensor"),
+    ("dtype", B::Dtype, "Tensor -> String"),
+    ("astype", B::Astype, "String -> Tensor -> Tensor"),
     // arithmetic over whole differentiable structures (parameters, gradients): src/tensor/tree.rs
     ("tree_add", B::TreeAdd, "Diff a => a -> a -> a"),
     ("tree_sub", B::TreeSub, "Diff a => a -> a -> a"),

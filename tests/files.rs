@@ -72,8 +72,8 @@ save_file({
     "layers.0.k": np.array([1, 2], dtype=np.int64),
     "layers.1.k": np.array([3.5], dtype=np.float16),
 }, sys.argv[1])
-save_file({"w": np.array([1, 2**24 + 1], dtype=np.int64)}, sys.argv[2])
-save_file({"w": np.array([1e300], dtype=np.float64)}, sys.argv[3])
+save_file({"w": np.array([1, 2**63], dtype=np.uint64)}, sys.argv[2])
+save_file({"w": np.array([2**53 + 1], dtype=np.int64), "v": np.array([1e300, 0.1], dtype=np.float64)}, sys.argv[3])
 "#;
     python(&py, script, &[&path, &big, &wide]);
     let got = run_ok(&format!(
@@ -81,13 +81,20 @@ save_file({"w": np.array([1e300], dtype=np.float64)}, sys.argv[3])
         dp_str(&path)
     ));
     assert_eq!(got, ["([0.0, 0.5, 1.0, 1.5, 2.0, 2.5], 0.25, [[1.0, 2.0], [3.5]])"]);
-    // Values a float32 cannot hold are refused, naming the tensor and element.
-    for (file, want) in [(&big, "element 1 is 16777217"), (&wide, "beyond float32's range")] {
-        let r =
-            run_dp(&format!("let p = load_params {} {{ w = zeros [{}] }}\n", dp_str(file), 2 - (file == &wide) as u8));
-        assert!(!r.ok && r.stderr.contains(want) && r.stderr.contains("tensor `w`"), "{}", r.stderr);
-        assert!(!r.stderr.contains("panicked") && !r.stderr.contains("internal"), "{}", r.stderr);
-    }
+    // Tensors keep their dtypes, so int64 and float64 values load exactly...
+    let got = run_ok(&format!(
+        "let p = load_params {} {{ w = zeros [1], v = zeros [2] }}\nlet () = println (p.w, dtype p.w, p.v)\n",
+        dp_str(&wide)
+    ));
+    assert_eq!(got, ["(tensor [9007199254740993], \"int64\", astype \"float64\" (tensor [1e300, 0.1]))"]);
+    // ...and a value no dtype of dp's holds is refused, naming the tensor and element.
+    let r = run_dp(&format!("let p = load_params {} {{ w = zeros [2] }}\n", dp_str(&big)));
+    assert!(
+        !r.ok && r.stderr.contains("element 1 is 9223372036854775808") && r.stderr.contains("tensor `w`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked") && !r.stderr.contains("internal"), "{}", r.stderr);
     for p in [path, big, wide] {
         let _ = std::fs::remove_file(p);
     }

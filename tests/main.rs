@@ -3,6 +3,7 @@
 mod ad;
 mod csv;
 mod docs;
+mod dtypes;
 mod editors;
 mod files;
 mod format;

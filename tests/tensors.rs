@@ -1271,20 +1271,22 @@ with open(d + '/np_v2.npy', 'wb') as f:
     let mut src = String::new();
     for n in &names {
         src += &format!(
-            "let () = let t = load_npy {} in println (shape t, to_list t)\n",
+            "let () = let t = load_npy {} in println (shape t, to_list t, dtype t)\n",
             dp_str(&dir.join(format!("{n}.npy")))
         );
     }
     let expected = [
-        "([2, 3], [1.5, -2.25, 30000001024.0, 0.10000000149011612, 5.0, 6.0])",
-        "([4], [1.0, -2.0, 3.0, 16777216.0])",
-        "([3, 1], [7.0, -8.0, 9.0])",
-        "([1, 2], [0.5, 0.25])",
+        ("([2, 3], [1.5, -2.25, 30000000000.0, 0.1, 5.0, 6.0])", "float64"),
+        ("([4], [1.0, -2.0, 3.0, 16777216.0])", "int64"),
+        ("([3, 1], [7.0, -8.0, 9.0])", "int64"),
+        ("([1, 2], [0.5, 0.25])", "float32"),
     ];
     let got = run_ok(&src);
     assert_eq!(got.len(), names.len());
     for (i, g) in got.iter().enumerate() {
-        assert_eq!(numbers(g), numbers(expected[i % 4]), "{}: got {g}", names[i]);
+        let (values, dtype) = expected[i % 4];
+        assert_eq!(numbers(g), numbers(values), "{}: got {g}", names[i]);
+        assert!(g.ends_with(&format!("\"{dtype}\")")), "{}: got {g}, want dtype {dtype}", names[i]);
     }
     if let Some(python) = &python {
         let got = run_ok(&format!(
@@ -1293,7 +1295,10 @@ with open(d + '/np_v2.npy', 'wb') as f:
             dp_str(&dir.join("np_t.npy")),
             dp_str(&dir.join("np_v2.npy"))
         ));
-        assert_eq!(got, ["tensor 2.5", "tensor [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]", "tensor [1.0, 2.0]"]);
+        assert_eq!(
+            got,
+            ["tensor 2.5", "astype \"float64\" (tensor [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]])", "tensor [1.0, 2.0]"]
+        );
         // A Fortran-ordered array is refused with a message, not misread.
         let script =
             "import numpy as np, sys; np.save(sys.argv[1], np.asfortranarray(np.ones((2, 3), dtype=np.float32)))";

@@ -65,7 +65,7 @@
     "tensor" "zeros" "ones" "full" "arange" "randn" "uniform" "load_npy"
     "save_npy" "read_csv" "load_csv" "save_params" "load_params" "load_npz" "save_npz" "plot_with" "shape" "reshape" "transpose" "concat" "slice" "row" "onehot"
     "sum" "mean" "max" "sum_axis" "mean_axis" "argmax" "softmax" "log_softmax"
-    "logsumexp" "item" "to_list" "to_device" "conv2d" "max_pool2d" "tree_add" "tree_sub"
+    "logsumexp" "item" "to_list" "to_device" "dtype" "astype" "conv2d" "max_pool2d" "tree_add" "tree_sub"
     "tree_mul" "tree_div" "tree_scale" "tree_add_scalar" "tree_sqrt" "tree_clip" "tree_zeros" "tree_sum_squares"
     "progress_start" "progress_tick" "progress_finish" "plot")
   "The built-in values of dp (BUILTINS in src/syntax/keywords.rs).")

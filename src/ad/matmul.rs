@@ -26,7 +26,8 @@ pub(super) fn adjoint_into<H: Host>(
     let (Value::Tensor(a), Value::Tensor(b), Value::Tensor(g)) = (&primals[0], &primals[1], g) else {
         return Ok(false);
     };
-    if a.is_gpu() || b.is_gpu() || g.is_gpu() {
+    // Only float32 CPU operands qualify (the fused kernels are float32's).
+    if a.cpu().is_none() || b.cpu().is_none() || g.cpu().is_none() {
         return Ok(false);
     }
     match (i, a.shape().len(), b.shape().len()) {
@@ -39,7 +40,7 @@ pub(super) fn adjoint_into<H: Host>(
     let mut slot = cell.adj.borrow_mut();
     let mut target = match slot.take() {
         None => Rc::new(Tensor::zeros(shape)),
-        Some(Value::Tensor(t)) if !t.is_gpu() && t.shape() == shape => t,
+        Some(Value::Tensor(t)) if t.cpu().is_some() && t.shape() == shape => t,
         other => {
             *slot = other;
             return Ok(false);
@@ -113,7 +114,7 @@ fn outer_sum<H: Host>(m: &mut H, pairs: &[OuterPair]) -> FResult<Value> {
         let n = pick(&pairs[0]).len();
         let mut data = Vec::with_capacity(n * pairs.len());
         for p in pairs {
-            let a = pick(p).array();
+            let a = pick(p).cpu().ok_or_else(|| Fault::internal("an outer product of a non-float32 tensor"))?;
             if a.len() != n {
                 return Err(Fault::internal("outer products of different shapes"));
             }

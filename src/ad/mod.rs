@@ -174,6 +174,14 @@ pub fn shape_of(v: &Value) -> Vec<usize> {
     }
 }
 
+/// The dtype of a (possibly perturbed) tensor; None for Floats.
+pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
+    match strip(v) {
+        Value::Tensor(t) => Some(t.dtype()),
+        _ => None,
+    }
+}
+
 /// A zero of the same shape as `v`.
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
@@ -195,17 +203,19 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
         // A zero tangent may be a plain 0.0; tensor rules want tensors (or None for zero).
         let tangents: Vec<Option<Value>> = args
             .iter()
-            .map(|a| match a {
-                Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                    (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
-                    (Value::Float(z), Value::Tensor(p)) => {
-                        Some(Value::Tensor(Rc::new(Tensor::full(p.shape(), *z as f32))))
-                    }
-                    (t, _) => Some(t.clone()),
-                },
-                _ => None,
+            .map(|a| {
+                Ok(match a {
+                    Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
+                        (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
+                        (Value::Float(z), Value::Tensor(p)) => {
+                            Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)))
+                        }
+                        (t, _) => Some(t.clone()),
+                    },
+                    _ => None,
+                })
             })
-            .collect();
+            .collect::<FResult<_>>()?;
         let tangent = tensor::jvp(m, &op, &primals, &y, &tangents)?;
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
@@ -437,6 +447,14 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
         (true, true) if want != have => tensor::call(m, TOp::SumTo(want), vec![contribution])?,
         _ => contribution,
     };
+    // An adjoint has its primal's floating dtype: a float64 input's gradient is computed and
+    // returned in float64 even where a rule made a float32 constant (a broadcast Float).
+    let contribution = match (dtype_of(&cell.primal), dtype_of(&contribution)) {
+        (Some(want), Some(have)) if want != have && want.is_float() => {
+            tensor::call(m, TOp::AsType(want), vec![contribution])?
+        }
+        _ => contribution,
+    };
     let old = cell.adj.borrow_mut().take();
     let new = match old {
         None => contribution,
@@ -542,7 +560,7 @@ pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {
             Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(Tensor::full(p.shape(), *z as f32))),
+                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
                 (t, _) => t.clone(),
             },
             other => zero_like(&other),

@@ -11,7 +11,7 @@ use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::FResult;
-use crate::tensor::{gpu, Device, TOp, Tensor, Un};
+use crate::tensor::{Device, TOp, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
 pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
@@ -60,19 +60,17 @@ fn device_of(v: &Value) -> Device {
     }
 }
 
-/// A Float adjoint `g` spread over the shape of `x`, on x's device (the adjoint of a
-/// reduction to a Float). `BroadcastTo` of a Float makes its tensor on the default device, so
-/// a tensor on the other device gets its spread made explicitly there.
+/// A Float adjoint `g` spread over the shape of `x`, in x's floating dtype and on its device
+/// (the adjoint of a reduction to a Float).
 fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
     let s0 = ad::shape_of(x);
-    let d = device_of(x);
-    if matches!(g, Value::Tensor(_)) || d == gpu::default_device()? {
-        return call(m, TOp::BroadcastTo(s0), vec![g]);
-    }
+    let Value::Tensor(t) = strip(x) else { return call(m, TOp::BroadcastTo(s0), vec![g]) };
     match g {
-        Value::Float(v) => Ok(wrap(Tensor::full_on(d, &s0, v as f32)?)),
+        Value::Float(v) => Ok(wrap(t.full_like(&s0, v)?)),
+        Value::Tensor(_) => call(m, TOp::BroadcastTo(s0), vec![g]),
+        // A perturbed Float (a higher-order derivative): spread so the product records it.
         g => {
-            let ones = wrap(Tensor::full_on(d, &s0, 1.0)?);
+            let ones = wrap(t.full_like(&s0, 1.0)?);
             mul(m, ones, g)
         }
     }
@@ -227,6 +225,11 @@ pub fn vjp<H: Host>(
         TOp::MaxPool2dGrad(k) => vec![None, Some(call(m, TOp::MaxPool2dPick(*k), vec![strip(&xs[0]), g])?)],
         TOp::MaxPool2dPick(k) => vec![None, Some(call(m, TOp::MaxPool2dGrad(*k), vec![strip(&xs[0]), g])?)],
         TOp::ToDevice(_) => vec![Some(call(m, TOp::ToDevice(device_of(&xs[0])), vec![g])?)],
+        // Only a floating result carries a derivative, back in the input's dtype.
+        TOp::AsType(to) => match ad::dtype_of(&xs[0]) {
+            Some(from) if from.is_float() && to.is_float() => vec![Some(call(m, TOp::AsType(from), vec![g])?)],
+            _ => vec![None],
+        },
         TOp::Mask => vec![Some(call(m, TOp::Mask, vec![g, strip(&xs[1])])?), None],
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
@@ -330,6 +333,7 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
             None => Ok(Value::Float(0.0)),
         },
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
+        TOp::AsType(to) if !to.is_float() => Ok(Value::Float(0.0)),
         _ => linear(m, ts),
     }
 }

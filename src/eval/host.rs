@@ -35,8 +35,14 @@ impl Host for Machine {
         ty: bool,
         beta: f32,
     ) -> FResult<bool> {
-        // Shapes are checked before anything is written, so a refusal leaves `out` as it was.
-        Ok(cpu::product_into(out.array_mut(), x.array(), tx, y.array(), ty, beta).is_ok())
+        // Only float32 CPU operands have the in-place kernel. Shapes are checked before
+        // anything is written, so a refusal leaves `out` as it was.
+        let (Some(x), Some(y)) = (x.cpu(), y.cpu()) else { return Ok(false) };
+        if out.cpu().is_none() {
+            return Ok(false);
+        }
+        let Some(out) = out.f32s_mut() else { return Ok(false) };
+        Ok(cpu::product_into(out, x, tx, y, ty, beta).is_ok())
     }
     #[inline]
     fn handler(&mut self, tag: u32) -> Option<&mut GradState> {

@@ -1125,7 +1125,12 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
             }
             (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((strip(&x), strip(&y))),
             (Tensor(p), Tensor(q)) => {
-                if p.shape() != q.shape() || p.array() != q.array() {
+                // Equal values of any dtypes (`tensor [1] == tensor [1.0]`), as `==` on Floats.
+                let same = match (p.f32s(), q.f32s()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => p.to_f64s() == q.to_f64s(),
+                };
+                if p.shape() != q.shape() || !same {
                     return Ok(false);
                 }
             }

@@ -62,8 +62,8 @@ pub fn elementwise(p: Prim, a: Value, b: Value) -> FResult<Value> {
     let Some(op) = bin_of(p) else { return Err(Fault::internal(format!("`{p:?}` on tensors"))) };
     Ok(wrap(match (a, b) {
         (Value::Tensor(x), Value::Tensor(y)) => ops::binary(op, x, y)?,
-        (Value::Tensor(x), Value::Float(y)) => ops::binary_scalar(op, x, y as f32, false)?,
-        (Value::Float(x), Value::Tensor(y)) => ops::binary_scalar(op, y, x as f32, true)?,
+        (Value::Tensor(x), Value::Float(y)) => ops::binary_scalar(op, x, y, false)?,
+        (Value::Float(x), Value::Tensor(y)) => ops::binary_scalar(op, y, x, true)?,
         (a, b) => return Err(Fault::internal(format!("`{p:?}` on {} and {}", a.type_name(), b.type_name()))),
     }))
 }

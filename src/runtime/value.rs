@@ -371,50 +371,77 @@ fn show_seq<'a>(brackets: (char, char), items: impl Iterator<Item = &'a Value>, 
     out.push(brackets.1);
 }
 
+/// A tensor as the constructor call that makes it: `tensor [[1.0, 2.0]]` (float32, the
+/// default), `tensor [1, 2]` (int64), `tensor [true]` (bool), `astype "float64" (tensor [0.1])`;
+/// more than 1000 elements print as a summary.
 fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
+    use crate::tensor::DType;
     let shape = t.shape();
+    let dtype = t.dtype();
+    let element = |x: f64| -> String {
+        match dtype {
+            DType::F32 => fmt_f32(x as f32),
+            DType::F64 => fmt_float(x),
+            DType::I64 => format!("{}", x as i64),
+            DType::Bool => format!("{}", x != 0.0),
+        }
+    };
     if t.len() > 1000 {
-        let (mut lo, mut hi, mut sum) = (f32::INFINITY, f32::NEG_INFINITY, 0f64);
-        for &x in t.array().iter() {
+        let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+        let values = t.to_f64s();
+        for &x in &values {
             lo = lo.min(x);
             hi = hi.max(x);
-            sum += x as f64;
+            sum += x;
         }
+        let kind = if dtype == DType::F32 { String::new() } else { format!(" {}", dtype.name()) };
+        let mean = sum / t.len() as f64;
+        let mean = if dtype == DType::F32 { fmt_f32(mean as f32) } else { fmt_float(mean) };
         let _ = write!(
             out,
-            "<tensor {} min {} max {} mean {}>",
+            "<tensor {}{kind} min {} max {} mean {mean}>",
             crate::tensor::fmt_shape(shape),
-            fmt_f32(lo),
-            fmt_f32(hi),
-            fmt_f32((sum / t.len() as f64) as f32)
+            element(lo),
+            element(hi),
         );
         return;
     }
-    out.push_str("tensor ");
-    let data: Vec<f32> = t.array().iter().copied().collect();
-    if let ([], Some(&x)) = (shape, data.first()) {
-        // A 0-d tensor reads like a constructor argument: `tensor (-0.5)`.
-        let text = fmt_f32(x);
-        out.push_str(&if x.is_sign_negative() { format!("({text})") } else { text });
-        return;
+    let f64_wrapper = dtype == DType::F64;
+    if f64_wrapper {
+        out.push_str("astype \"float64\" (");
     }
-    fn rec(data: &[f32], shape: &[usize], out: &mut String) {
-        match shape.split_first() {
-            None => out.push_str(&fmt_f32(data.first().copied().unwrap_or(0.0))),
-            Some((&n, rest)) => {
-                let stride: usize = rest.iter().product();
-                out.push('[');
-                for i in 0..n {
-                    if i > 0 {
-                        out.push_str(", ");
+    out.push_str("tensor ");
+    let data: Vec<String> = match (t.i64s(), t.bools()) {
+        // int64 beyond 2^53 prints exactly.
+        (Some(a), _) => a.iter().map(|x| x.to_string()).collect(),
+        (_, Some(a)) => a.iter().map(|x| x.to_string()).collect(),
+        _ => t.to_f64s().into_iter().map(element).collect(),
+    };
+    if let ([], Some(x)) = (shape, data.first()) {
+        // A 0-d tensor reads like a constructor argument: `tensor (-0.5)`.
+        out.push_str(&if x.starts_with('-') { format!("({x})") } else { x.clone() });
+    } else {
+        fn rec(data: &[String], shape: &[usize], out: &mut String) {
+            match shape.split_first() {
+                None => out.push_str(data.first().map_or("0.0", |s| s.as_str())),
+                Some((&n, rest)) => {
+                    let stride: usize = rest.iter().product();
+                    out.push('[');
+                    for i in 0..n {
+                        if i > 0 {
+                            out.push_str(", ");
+                        }
+                        rec(&data[i * stride..(i + 1) * stride], rest, out);
                     }
-                    rec(&data[i * stride..(i + 1) * stride], rest, out);
+                    out.push(']');
                 }
-                out.push(']');
             }
         }
+        rec(&data, shape, out);
     }
-    rec(&data, shape, out);
+    if f64_wrapper {
+        out.push(')');
+    }
 }
 
 /// Shortest float32 text that round-trips, with a `.0` where it would look like an Int.

@@ -96,6 +96,8 @@ pub const BUILTINS: &[&str] = &[
     "item",
     "to_list",
     "to_device",
+    "dtype",
+    "astype",
     "conv2d",
     "max_pool2d",
     // whole parameter structures

@@ -43,7 +43,7 @@ pub mod class {
             DIFF => "a differentiable type (Float, Tensor, or tuples, records and lists of them)",
             REAL => "Float or Tensor",
             APPEND => "a String or a List",
-            TENSOR_DATA => "a Float or nested lists of Floats",
+            TENSOR_DATA => "a Float, Int or Bool, or nested lists of them",
             _ => "constrained",
         }
     }
@@ -367,7 +367,7 @@ impl Subst {
             self.vars[v as usize].class = new;
             self.wake(v);
             // Classes whose only common member is Float.
-            let float_only = (new & (class::REAL | class::DIFF | class::TENSOR_DATA) != 0 && new & class::ORD != 0)
+            let float_only = (new & (class::REAL | class::DIFF) != 0 && new & class::ORD != 0)
                 || (new & class::REAL != 0 && new & class::TENSOR_DATA != 0);
             if new & class::NUM != 0 && new & class::APPEND != 0 {
                 let c = if old & class::NUM != 0 { class::APPEND } else { class::NUM };
@@ -391,7 +391,8 @@ impl Subst {
                 Ty::Var(_) => unreachable!("handled above"),
                 Ty::Con(n, args) => {
                     let ok = match (&**n, c) {
-                        ("Int", class::NUM | class::ORD) => true,
+                        ("Int", class::NUM | class::ORD | class::TENSOR_DATA) => true,
+                        ("Bool", class::TENSOR_DATA) => true,
                         ("Float", _) => c != class::APPEND,
                         ("Tensor", class::NUM | class::DIFF | class::REAL) => true,
                         ("String", class::ORD | class::APPEND) => true,

@@ -1,11 +1,11 @@
-//! NumPy `.npy` files (format version 1.0–3.0), C order, either byte order. Everything becomes
-//! float32 (dp's one tensor dtype) — but never silently wrongly: bool, int8/16/32/64, uint8/16/32
-//! and float16/32/64 load when every value is represented (integers exactly; float64 rounded to
-//! the nearest float32), and a file with an integer beyond float32's exact range (2^24) or a
-//! finite float64 beyond float32's range is refused, naming the first such element.
+//! NumPy `.npy` files (format version 1.0–3.0), C order, either byte order. A file keeps its
+//! dtype where dp has it — bool, int64, float32, float64 — and the others widen exactly:
+//! int8/16/32 and uint8/16/32 to int64 (uint64 too, when every value fits), float16 to
+//! float32 (and bfloat16, which safetensors files hold). Nothing is rounded: a uint64 beyond
+//! int64's range is refused, naming the element. The element conversion (`convert`) is
+//! shared with `.npz` archives and safetensors checkpoints.
 
-use crate::{TResult, Tensor};
-
+use crate::{DType, TResult, Tensor};
 fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
     let field = |key: &str| -> Result<&str, String> {
         let i = h.find(&format!("'{key}'")).ok_or(format!("npy header lacks `{key}`"))?;
@@ -27,56 +27,69 @@ fn parse_header(h: &str) -> Result<(String, bool, Vec<usize>), String> {
     Ok((descr, fortran, shape))
 }
 
-/// Reads one element's bytes as an f64.
-type Reader = Box<dyn Fn(&[u8]) -> f64>;
+/// What one element of a file is: its kind and width in bytes.
+#[derive(Clone, Copy)]
+enum Kind {
+    Bool,
+    Signed(usize),
+    Unsigned(usize),
+    Float(usize),
+    BFloat16,
+}
 
-/// How to read one element: its width in bytes and a reader to f64 (exact for every integer
-/// and float type up to 64 bits except integers beyond 2^53, which the range check refuses).
-fn element_reader(descr: &str) -> Option<(usize, Reader)> {
+/// The element kind of a `descr` and whether it is big-endian.
+fn element_kind(descr: &str) -> Option<(Kind, bool)> {
     let (order, kind) = descr.split_at(descr.len().min(1));
     let big = match order {
         "<" | "=" | "|" => false,
         ">" => true,
         _ => return None,
     };
-    macro_rules! read {
-        ($t:ty) => {{
-            let f: Reader = Box::new(move |b: &[u8]| {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(b);
-                (if big { <$t>::from_be_bytes(a) } else { <$t>::from_le_bytes(a) }) as f64
-            });
-            Some((std::mem::size_of::<$t>(), f))
-        }};
-    }
-    match kind {
-        "b1" => Some((1, Box::new(|b: &[u8]| f64::from(u8::from(b[0] != 0))))),
-        "u1" => read!(u8),
-        "i1" => read!(i8),
-        "u2" => read!(u16),
-        "i2" => read!(i16),
-        "u4" => read!(u32),
-        "i4" => read!(i32),
-        "u8" => read!(u64),
-        "i8" => read!(i64),
-        "bf2" => {
-            let f: Reader = Box::new(move |b: &[u8]| {
-                let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
-                f64::from(f32::from_bits(u32::from(bits) << 16))
-            });
-            Some((2, f))
+    let kind = match kind {
+        "b1" => Kind::Bool,
+        "i1" => Kind::Signed(1),
+        "i2" => Kind::Signed(2),
+        "i4" => Kind::Signed(4),
+        "i8" => Kind::Signed(8),
+        "u1" => Kind::Unsigned(1),
+        "u2" => Kind::Unsigned(2),
+        "u4" => Kind::Unsigned(4),
+        "u8" => Kind::Unsigned(8),
+        "f2" => Kind::Float(2),
+        "f4" => Kind::Float(4),
+        "f8" => Kind::Float(8),
+        "bf2" => Kind::BFloat16,
+        _ => return None,
+    };
+    Some((kind, big))
+}
+
+impl Kind {
+    fn width(self) -> usize {
+        match self {
+            Kind::Bool => 1,
+            Kind::BFloat16 => 2,
+            Kind::Signed(w) | Kind::Unsigned(w) | Kind::Float(w) => w,
         }
-        "f2" => {
-            let f: Reader = Box::new(move |b: &[u8]| {
-                let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
-                half_to_f64(bits)
-            });
-            Some((2, f))
-        }
-        "f4" => read!(f32),
-        "f8" => read!(f64),
-        _ => None,
     }
+}
+
+/// `b` (at most 8 bytes) as an unsigned integer of its width, in the file's byte order.
+fn unsigned(b: &[u8], big: bool) -> u64 {
+    let mut a = [0u8; 8];
+    if big {
+        a[8 - b.len()..].copy_from_slice(b);
+        u64::from_be_bytes(a)
+    } else {
+        a[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(a)
+    }
+}
+
+/// `b` as a two's-complement signed integer of its width.
+fn signed(b: &[u8], big: bool) -> i64 {
+    let shift = 64 - 8 * b.len() as u32;
+    ((unsigned(b, big) << shift) as i64) >> shift
 }
 
 fn half_to_f64(h: u16) -> f64 {
@@ -118,75 +131,95 @@ pub fn decode(bytes: &[u8], name: &str) -> TResult<Tensor> {
             format!("`{path}`: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)").into()
         );
     }
-    let data = &bytes[start + hlen..];
-    if element_reader(&descr).is_none() {
+    if element_kind(&descr).is_none() {
         return Err(format!(
             "`{path}`: unsupported dtype `{descr}` (bool, int8–int64, uint8–uint64 and float16–float64 are)"
         )
         .into());
     }
-    convert(&descr, &shape, data, path)
+    convert(&descr, &shape, &bytes[start + hlen..], path)
 }
 
 /// Elements of NumPy dtype `descr` (`<f8`, `|u1`, …; also `<bf2` for bfloat16, which NumPy
-/// lacks but safetensors has) laid out in C order as a float32 tensor of `shape`: exactly, or
-/// refused naming the first element that would change. Bytes past the data are ignored;
-/// `what` names the source in errors.
+/// lacks but safetensors has) laid out in C order as a tensor of `shape`, in the dtype dp
+/// keeps for it (above): exactly, or refused naming the first element that does not fit.
+/// Bytes past the data are ignored; `what` names the source in errors.
 pub fn convert(descr: &str, shape: &[usize], data: &[u8], what: &str) -> TResult<Tensor> {
     let path = what;
-    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    let Some((width, read)) = element_reader(descr) else {
+    let Some((kind, big)) = element_kind(descr) else {
         return Err(format!("`{path}`: unsupported dtype `{descr}`").into());
     };
+    let width = kind.width();
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
         return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
-    if matches!(descr, "<f4" | "=f4") {
-        // float32 in the machine's byte order is dp's own format: no conversion to check.
-        let values = data[..size].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        return Tensor::from_vec(shape, values);
-    }
-    let integer = !descr.contains('f');
-    let mut values = Vec::with_capacity(size / width);
-    for (i, b) in data[..size].chunks_exact(width).enumerate() {
-        let v = read(b);
-        let x = v as f32;
-        // Integers up to 2^24 are exact in float32; a float64 is rounded, but must stay in range.
-        let exact = if integer { v.abs() <= 16_777_216.0 } else { x.is_finite() || !v.is_finite() };
-        if !exact {
-            let what =
-                if integer { "an integer beyond float32's exact range (2^24)" } else { "beyond float32's range" };
-            return Err(format!(
-                "`{path}`: element {i} is {v}, {what}: dp's tensors are float32, and it would not be loaded exactly"
-            )
-            .into());
+    let elements = data[..size].chunks_exact(width);
+    match kind {
+        Kind::Bool => Tensor::from_bools(shape, elements.map(|b| b[0] != 0).collect()),
+        Kind::Signed(_) => Tensor::from_i64s(shape, elements.map(|b| signed(b, big)).collect()),
+        Kind::Unsigned(_) => {
+            let values: Vec<u64> = elements.map(|b| unsigned(b, big)).collect();
+            if let Some(i) = values.iter().position(|&v| i64::try_from(v).is_err()) {
+                return Err(format!(
+                    "`{path}`: element {i} is {}, beyond int64's range: it would not be loaded exactly",
+                    values[i]
+                )
+                .into());
+            }
+            Tensor::from_i64s(shape, values.into_iter().map(|v| v as i64).collect())
         }
-        values.push(x);
+        Kind::Float(2) => {
+            Tensor::from_vec(shape, elements.map(|b| half_to_f64(unsigned(b, big) as u16) as f32).collect())
+        }
+        // bfloat16 is the top half of a float32.
+        Kind::BFloat16 => {
+            Tensor::from_vec(shape, elements.map(|b| f32::from_bits((unsigned(b, big) as u32) << 16)).collect())
+        }
+        Kind::Float(4) => Tensor::from_vec(shape, elements.map(|b| f32::from_bits(unsigned(b, big) as u32)).collect()),
+        Kind::Float(_) => Tensor::from_f64s(shape, elements.map(|b| f64::from_bits(unsigned(b, big))).collect()),
     }
-    Tensor::from_vec(shape, values)
 }
 
-pub fn save(path: &str, t: &Tensor) -> TResult<()> {
-    Ok(std::fs::write(path, encode_tensor(t)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
-}
-
-/// A tensor as the bytes of a `.npy` file (float32, little-endian, C order).
+/// The tensor as a `.npy` file of its own dtype.
 pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
     let shape = t.shape();
     let shape_txt = match shape.len() {
         1 => format!("({},)", shape[0]),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    encode("<f4", &shape_txt, &le_bytes(t))
+    encode(descr_of(t.dtype()), &shape_txt, &le_bytes(t))
 }
 
-/// A tensor's elements as little-endian float32 bytes, in C order.
-pub fn le_bytes(t: &Tensor) -> Vec<u8> {
-    match t.array().as_slice() {
-        // The common case, a contiguous tensor on a little-endian machine, is one copy.
-        Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
-        _ => t.array().iter().flat_map(|x| x.to_le_bytes()).collect(),
+/// NumPy's name of a dtype, little-endian.
+pub fn descr_of(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "<f4",
+        DType::F64 => "<f8",
+        DType::I64 => "<i8",
+        DType::Bool => "|b1",
     }
+}
+
+/// A tensor's elements as little-endian bytes of its dtype, in C order.
+pub fn le_bytes(t: &Tensor) -> Vec<u8> {
+    fn bytes<T: Copy, const N: usize>(a: &ndarray::ArrayD<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        a.iter().flat_map(|&x| f(x)).collect()
+    }
+    match (t.f32s(), t.i64s(), t.bools()) {
+        (Some(a), _, _) => match a.as_slice() {
+            // The common case, a contiguous tensor on a little-endian machine, is one copy.
+            Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
+            _ => bytes(a, f32::to_le_bytes),
+        },
+        (_, Some(a), _) => bytes(a, i64::to_le_bytes),
+        (_, _, Some(a)) => bytes(a, |b| [u8::from(b)]),
+        _ => t.to_f64s().iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+pub fn save(path: &str, t: &Tensor) -> TResult<()> {
+    Ok(std::fs::write(path, encode_tensor(t)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
 }
 
 /// A version 1.0 `.npy` file: the header (`shape_txt` as NumPy writes it, e.g. `(3,)`), padded
@@ -207,6 +240,7 @@ fn encode(descr: &str, shape_txt: &str, data: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::load;
+    use crate::{DType, Tensor};
 
     fn file(descr: &str, shape: &str, data: &[u8]) -> String {
         let path = std::env::temp_dir().join(format!("dp-npy-{}-{}.npy", std::process::id(), rand_suffix()));
@@ -220,23 +254,45 @@ mod tests {
         N.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn values(path: &str) -> Vec<f32> {
-        load(path).unwrap().array().iter().copied().collect()
+    fn values(path: &str) -> (DType, Vec<f64>) {
+        let t = load(path).unwrap();
+        (t.dtype(), t.to_f64s())
     }
 
     #[test]
     fn every_numpy_dtype_loads_exactly_or_is_refused() {
-        assert_eq!(values(&file("|b1", "(3,)", &[1, 0, 1])), [1.0, 0.0, 1.0]);
-        assert_eq!(values(&file("|u1", "(2,)", &[255, 7])), [255.0, 7.0]);
-        assert_eq!(values(&file(">f4", "(1,)", &1.5f32.to_be_bytes())), [1.5]);
-        assert_eq!(values(&file(">i8", "(1,)", &(-3i64).to_be_bytes())), [-3.0]);
-        assert_eq!(values(&file("<f2", "(1,)", &0x3e00u16.to_le_bytes())), [1.5]);
-        let big = file("<i8", "(2,)", &[1i64.to_le_bytes(), (16_777_217i64).to_le_bytes()].concat());
-        let e = load(&big).unwrap_err().to_string();
-        assert!(e.contains("element 1 is 16777217") && e.contains("2^24"), "{e}");
-        let huge = file("<f8", "(1,)", &1e300f64.to_le_bytes());
-        assert!(load(&huge).unwrap_err().to_string().contains("beyond float32's range"));
+        use DType::*;
+        assert_eq!(values(&file("|b1", "(3,)", &[1, 0, 1])), (Bool, vec![1.0, 0.0, 1.0]));
+        assert_eq!(values(&file("|u1", "(2,)", &[255, 7])), (I64, vec![255.0, 7.0]));
+        assert_eq!(values(&file("|i1", "(2,)", &[255, 7])), (I64, vec![-1.0, 7.0]));
+        assert_eq!(values(&file(">i2", "(1,)", &(-300i16).to_be_bytes())), (I64, vec![-300.0]));
+        assert_eq!(values(&file(">f4", "(1,)", &1.5f32.to_be_bytes())), (F32, vec![1.5]));
+        assert_eq!(values(&file(">i8", "(1,)", &(-3i64).to_be_bytes())), (I64, vec![-3.0]));
+        assert_eq!(values(&file("<f2", "(1,)", &0x3e00u16.to_le_bytes())), (F32, vec![1.5]));
+        assert_eq!(values(&file("<f8", "(1,)", &0.1f64.to_le_bytes())), (F64, vec![0.1]));
+        // int64 keeps every bit (2^53 + 1 is not a float64).
+        let big = load(&file("<i8", "(1,)", &(9_007_199_254_740_993i64).to_le_bytes())).unwrap();
+        assert_eq!(big.i64s().unwrap().as_slice().unwrap(), [9_007_199_254_740_993]);
+        let too_big = file("<u8", "(2,)", &[1u64.to_le_bytes(), u64::MAX.to_le_bytes()].concat());
+        let e = load(&too_big).unwrap_err().to_string();
+        assert!(e.contains("element 1 is 18446744073709551615") && e.contains("int64"), "{e}");
         assert!(load(&file("<c8", "(1,)", &[0; 8])).unwrap_err().to_string().contains("unsupported dtype"));
+    }
+
+    #[test]
+    fn every_dtype_saves_as_itself() {
+        let path = std::env::temp_dir().join(format!("dp-npy-save-{}.npy", std::process::id()));
+        let path = path.to_str().unwrap();
+        for t in [
+            Tensor::from_f64s(&[2], vec![0.1, -2.5]).unwrap(),
+            Tensor::from_i64s(&[1, 2], vec![i64::MIN, 7]).unwrap(),
+            Tensor::from_bools(&[3], vec![true, false, true]).unwrap(),
+            Tensor::from_vec(&[], vec![1.25]).unwrap(),
+        ] {
+            super::save(path, &t).unwrap();
+            let back = load(path).unwrap();
+            assert_eq!((back.dtype(), back.shape(), back.to_f64s()), (t.dtype(), t.shape(), t.to_f64s()));
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! The interpreter's compiler, its derivative rules and both backends name operations with
 //! these enums, so the list is written once.
 
-use crate::{fmt_shape, Device, TResult, TensorError};
+use crate::{fmt_shape, DType, Device, TResult, TensorError};
 
 /// The elementwise math functions (`sin x`, `exp t`, ...), on Floats and tensors. The
 /// discriminants are `unary.wgsl`'s codes.
@@ -130,6 +130,8 @@ pub enum TOp {
     MaxPool2dPick(usize),
     /// Moves a tensor to a device (`to_device`); its adjoint moves back.
     ToDevice(Device),
+    /// Converts the elements to a dtype (`astype`); a floating result's adjoint converts back.
+    AsType(DType),
 }
 
 impl TOp {
@@ -154,6 +156,7 @@ impl TOp {
             TOp::Slice(..) => "slice",
             TOp::Conv2d => "conv2d",
             TOp::MaxPool2d(_) => "max_pool2d",
+            TOp::AsType(_) => "astype",
             other => return format!("{other:?}"),
         };
         format!("`{s}`")
@@ -323,7 +326,8 @@ impl TOp {
             | TOp::Step
             | TOp::Sign
             | TOp::ArgmaxMask
-            | TOp::ToDevice(_) => {}
+            | TOp::ToDevice(_)
+            | TOp::AsType(_) => {}
         }
         Ok(())
     }

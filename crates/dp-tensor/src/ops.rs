@@ -4,9 +4,9 @@
 //! the one generic definition (`apply`) on that backend. An operation added to `TOp` must be
 //! given to both backends before anything compiles: there is no silent CPU fallback.
 
-use crate::cpu::elementwise;
+use crate::cpu::{elementwise, layout};
 use crate::op::{Bin, TOp};
-use crate::{gpu, Device, TResult, Tensor, TensorError};
+use crate::{gpu, DType, Device, Storage, TResult, Tensor, TensorError};
 use ndarray::ArrayD;
 use std::rc::Rc;
 
@@ -64,16 +64,74 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         let t = args.first().ok_or_else(|| TensorError::internal("`to_device` without an operand"))?;
         return Ok(Out::Tensor(t.to_device(*d)?));
     }
+    if let TOp::AsType(d) = op {
+        let t = args.first().ok_or_else(|| TensorError::internal("`astype` without an operand"))?;
+        if t.is_gpu() && *d != DType::F32 {
+            return Err(TensorError::new(format!(
+                "`astype \"{}\"` on a GPU tensor: the GPU backend holds float32 tensors only",
+                d.name()
+            ))
+            .help("move it to the CPU first with `to_device \"cpu\" t`"));
+        }
+        return Ok(Out::Tensor(t.astype(*d)?));
+    }
     let gpu = args.iter().any(|t| t.is_gpu());
     if gpu && args.iter().any(|t| !t.is_gpu()) {
         return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
     }
     op.check(args)?;
     if gpu {
-        apply::<gpu::GpuTensor>(op, args)
-    } else {
-        apply::<ArrayD<f32>>(op, args)
+        return apply::<gpu::GpuTensor>(op, args);
     }
+    let first = args.first().map_or(DType::F32, |t| t.dtype());
+    let same = args.iter().all(|t| t.dtype() == first);
+    match first {
+        DType::F32 if same => apply::<ArrayD<f32>>(op, args),
+        DType::F64 if same => apply::<ArrayD<f64>>(op, args),
+        _ => {
+            let joint = args.iter().fold(first, |d, t| DType::promote(d, t.dtype()));
+            // Moving elements keeps an int64 or bool dtype; computing with them is done in
+            // the floating dtype they promote to.
+            let dtype = if is_layout(op) { joint } else { joint.float_for() };
+            let converted = args.iter().map(|t| t.astype(dtype)).collect::<TResult<Vec<_>>>()?;
+            let args: Vec<&Tensor> = converted.iter().collect();
+            match dtype {
+                DType::F32 => apply::<ArrayD<f32>>(op, &args),
+                DType::F64 => apply::<ArrayD<f64>>(op, &args),
+                DType::I64 => apply_layout(op, &args, |t| t.i64s(), Storage::I64),
+                DType::Bool => apply_layout(op, &args, |t| t.bools(), Storage::Bool),
+            }
+        }
+    }
+}
+
+/// The operations that only move elements, defined for every dtype.
+fn is_layout(op: &TOp) -> bool {
+    matches!(op, TOp::Reshape(_) | TOp::Transpose | TOp::Row(_) | TOp::Concat(_) | TOp::Slice(..) | TOp::BroadcastTo(_))
+}
+
+/// A layout operation on int64 or bool tensors (all of one dtype: `of` reads it).
+fn apply_layout<T: Clone>(
+    op: &TOp,
+    args: &[&Tensor],
+    of: impl Fn(&Tensor) -> Option<&ArrayD<T>>,
+    wrap: impl Fn(ArrayD<T>) -> Storage,
+) -> TResult<Out> {
+    let arrays = args.iter().map(|t| of(t)).collect::<Option<Vec<_>>>();
+    let Some(arrays) = arrays.filter(|a| !a.is_empty()) else {
+        return Err(TensorError::internal(format!("{}: operands of mixed dtypes", op.name())));
+    };
+    let x = arrays[0];
+    let out = match op {
+        TOp::Reshape(shape) => layout::reshape(x, shape)?,
+        TOp::Transpose => layout::transpose(x),
+        TOp::Row(i) => layout::row(x, *i),
+        TOp::Concat(axis) => layout::concat(&arrays, *axis)?,
+        TOp::Slice(axis, lo, hi) => layout::slice(x, *axis, *lo, *hi),
+        TOp::BroadcastTo(shape) => layout::broadcast_to(x, shape)?,
+        other => return Err(TensorError::internal(format!("{} is not a layout operation", other.name()))),
+    };
+    Ok(Out::Tensor(Tensor { storage: wrap(out) }))
 }
 
 /// The error for operands on two devices, naming both.
@@ -125,7 +183,9 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
-        TOp::ToDevice(_) => Err(TensorError::internal("`to_device` is not a backend operation")),
+        TOp::ToDevice(_) | TOp::AsType(_) => {
+            Err(TensorError::internal(format!("{} is not a backend operation", op.name())))
+        }
     }
 }
 
@@ -144,10 +204,10 @@ pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
 /// `t op s`, or `s op t` when `scalar_left`, on t's device (in place when only this call holds
 /// a CPU `t`).
 #[inline]
-pub fn binary_scalar(op: Bin, t: Rc<Tensor>, s: f32, scalar_left: bool) -> TResult<Tensor> {
+pub fn binary_scalar(op: Bin, t: Rc<Tensor>, s: f64, scalar_left: bool) -> TResult<Tensor> {
     match t.gpu() {
-        None => Ok(elementwise::with_scalar(op, t, s, scalar_left)),
-        Some(g) => Ok(Tensor::from_gpu(gpu::kernels::binary_scalar(op, g, s, scalar_left)?)),
+        None => elementwise::with_scalar(op, t, s, scalar_left),
+        Some(g) => Ok(Tensor::from_gpu(gpu::kernels::binary_scalar(op, g, s as f32, scalar_left)?)),
     }
 }
 
@@ -190,10 +250,10 @@ mod tests {
     #[test]
     fn elementwise_reuses_a_unique_operand() {
         let a = Rc::new(t(&[2], &[1.0, 2.0]));
-        let ptr = a.array().as_ptr();
+        let ptr = a.cpu().unwrap().as_ptr();
         let r = binary_scalar(Bin::Mul, a, 3.0, false).unwrap();
         assert_eq!(r.data(), vec![3.0, 6.0]);
-        assert_eq!(r.array().as_ptr(), ptr);
+        assert_eq!(r.cpu().unwrap().as_ptr(), ptr);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! rules as `.npy` files (`npy::convert`), and adds no dependency beyond the JSON parser the
 //! workspace already has.
 
-use crate::{npy, TResult, Tensor};
+use crate::{npy, DType, TResult, Tensor};
 use std::io::Write;
 
 /// The header may not be larger than this (the `safetensors` package's own limit): a corrupt
@@ -36,7 +36,7 @@ pub struct File {
     path: String,
 }
 
-/// What a tensor in the file holds, for the writer: float32 tensors, or one float64 scalar
+/// What a tensor in the file holds, for the writer: a tensor (in its dtype), or one float64 scalar
 /// (a Float of the interpreter, stored without rounding).
 pub enum Leaf<'a> {
     Tensor(&'a Tensor),
@@ -144,7 +144,7 @@ impl File {
         self.entries.iter().find(|e| e.name == name)
     }
 
-    /// An entry's data as a float32 tensor, exactly or refused (the rules of `npy::convert`).
+    /// An entry's data as a tensor in the dtype dp keeps for it, exactly or refused (`npy::convert`).
     pub fn tensor(&self, e: &Entry) -> TResult<Tensor> {
         let what = format!("{}` tensor `{}", self.path, e.name);
         let d = descr(&e.dtype).ok_or_else(|| format!("`{what}`: dp cannot load dtype {}", e.dtype))?;
@@ -157,7 +157,7 @@ impl File {
         if e.dtype == "F64" && data.len() == 8 {
             return Ok(f64::from_le_bytes(data.try_into().expect("8 bytes")));
         }
-        Ok(f64::from(self.tensor(e)?.array().iter().next().copied().unwrap_or(f32::NAN)))
+        Ok(self.tensor(e)?.to_f64s().first().copied().unwrap_or(f64::NAN))
     }
 }
 
@@ -171,7 +171,15 @@ pub fn write(path: &str, leaves: &[(String, Leaf)], metadata: &[(&str, &str)]) -
     let mut offset = 0usize;
     for (name, leaf) in leaves {
         let (dtype, shape, bytes) = match leaf {
-            Leaf::Tensor(t) => ("F32", t.shape().to_vec(), t.len() * 4),
+            Leaf::Tensor(t) => {
+                let (name, width) = match t.dtype() {
+                    DType::F32 => ("F32", 4),
+                    DType::F64 => ("F64", 8),
+                    DType::I64 => ("I64", 8),
+                    DType::Bool => ("BOOL", 1),
+                };
+                (name, t.shape().to_vec(), t.len() * width)
+            }
             Leaf::Scalar(_) => ("F64", Vec::new(), 8),
         };
         if header.contains_key(name) {
@@ -194,7 +202,7 @@ pub fn write(path: &str, leaves: &[(String, Leaf)], metadata: &[(&str, &str)]) -
     for (_, leaf) in leaves {
         match leaf {
             Leaf::Scalar(x) => out.write_all(&x.to_le_bytes()).map_err(err)?,
-            Leaf::Tensor(t) => match t.array().as_slice() {
+            Leaf::Tensor(t) => match t.cpu().and_then(|a| a.as_slice()) {
                 Some(s) if cfg!(target_endian = "little") => out.write_all(bytemuck::cast_slice(s)).map_err(err)?,
                 _ => out.write_all(&npy::le_bytes(t)).map_err(err)?,
             },

@@ -5,7 +5,7 @@
 //!
 //! A leaf's name is its path from the root: record fields by name, tuple and list elements by
 //! index, joined by dots (`w`, `layers.0.b`, `pair.1`). A Float leaf is a 0-d float64 tensor
-//! (so it round-trips unrounded), a Tensor leaf a float32 tensor; a structure that is one leaf
+//! (so it round-trips unrounded), a Tensor leaf a tensor of its dtype; a structure that is one leaf
 //! names it `value`.
 
 use crate::builtins::B;

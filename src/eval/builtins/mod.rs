@@ -90,6 +90,8 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Item
         | B::ToList
         | B::ToDevice
+        | B::Dtype
+        | B::Astype
         | B::Conv2d
         | B::MaxPool2d => tensor::call(m, b, arg),
         other => Err(Fault::internal(format!("{other:?} is not a builtin of this table"))),

@@ -9,7 +9,7 @@ use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
-use crate::tensor::{fmt_shape, gpu, npy, Device, Rng, TOp, Tensor};
+use crate::tensor::{fmt_shape, gpu, npy, DType, Device, Rng, TOp, Tensor};
 
 /// A new tensor, on the default device (`--device`).
 fn new(t: Tensor) -> FResult<Value> {
@@ -41,14 +41,22 @@ fn checked_shape(dims: Vec<usize>) -> FResult<Vec<usize>> {
     }
 }
 
-/// Nested lists of Floats to a tensor (`tensor [[1.0, 2.0], [3.0, 4.0]]`). With perturbed
+/// Nested lists of Floats, Ints or Bools to a float32, int64 or bool tensor
+/// (`tensor [[1.0, 2.0], [3.0, 4.0]]`; the checker makes every leaf the same type). With perturbed
 /// elements, the tensor is assembled from them by differentiable operations (each element
 /// broadcast to [1], concatenated, reshaped), so derivatives flow through `tensor`.
 fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
     let (shape, leaves) = nested(v)?;
     if !leaves.iter().any(is_ad) {
-        let data = leaves.iter().map(|x| Ok(strip(x).as_float()? as f32)).collect::<FResult<Vec<_>>>()?;
-        return new(Tensor::from_vec(&shape, data)?);
+        return new(match leaves.first() {
+            Some(Value::Int(_)) => {
+                Tensor::from_i64s(&shape, leaves.iter().map(Value::as_int).collect::<FResult<_>>()?)?
+            }
+            Some(Value::Bool(_)) => {
+                Tensor::from_bools(&shape, leaves.iter().map(|b| matches!(b, Value::Bool(true))).collect())?
+            }
+            _ => Tensor::from_vec(&shape, leaves.iter().map(|x| Ok(x.as_float()? as f32)).collect::<FResult<_>>()?)?,
+        });
     }
     let parts = leaves
         .into_iter()
@@ -58,7 +66,7 @@ fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
     ad::tensor::call(m, TOp::Reshape(shape), vec![flat])
 }
 
-/// The shape of a nested list of Floats and its elements in row-major order.
+/// The shape of a nested list of Floats, Ints or Bools and its elements in row-major order.
 fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
     let mut shape = Vec::new();
     let mut cur = v.clone();
@@ -75,11 +83,13 @@ fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
     fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<Value>) -> FResult<()> {
         if depth == shape.len() {
             return match strip(v) {
-                Value::Float(_) => {
+                Value::Float(_) | Value::Int(_) | Value::Bool(_) => {
                     data.push(v.clone());
                     Ok(())
                 }
-                other => Err(Fault::new(format!("tensor: expected a Float, found a {}", other.type_name()))),
+                other => {
+                    Err(Fault::new(format!("tensor: expected a Float, Int or Bool, found a {}", other.type_name())))
+                }
             };
         }
         let n = v.iter_list().count();
@@ -239,7 +249,15 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 return to_list_ad(m, t);
             }
             let t = t.as_tensor()?;
-            Value::list(t.data().into_iter().map(|x| Value::Float(x as f64)).collect::<Vec<_>>().into_iter())
+            Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
+        }
+        B::Dtype => Value::Str(std::rc::Rc::new(arg().as_tensor()?.dtype().name().to_string())),
+        B::Astype => {
+            let name = arg().as_str()?;
+            let Some(d) = DType::parse(&name) else {
+                return Err(Fault::new(format!("unknown dtype `{name}` (known: float32, float64, int64, bool)")));
+            };
+            ad::tensor::call(m, TOp::AsType(d), vec![arg()])?
         }
         B::ToDevice => {
             let dev = arg().as_str()?;

@@ -1,14 +1,13 @@
 //! Convolution (valid, stride 1, NCHW, by im2col and `gemm`) and k×k max pooling on the CPU.
 //! Shapes have passed the op table's rule (`op::conv_dims`, `TOp::check`).
 
-use super::gemm;
 use crate::op::{conv_dims, ConvDims};
-use crate::TResult;
+use crate::{Real, TResult};
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 
 /// im2col of one image: [C*KH*KW, OH*OW].
-fn im2col(x: &[f32], d: &ConvDims) -> Array2<f32> {
-    let mut cols = Array2::<f32>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
+fn im2col<T: Real>(x: &[T], d: &ConvDims) -> Array2<T> {
+    let mut cols = Array2::<T>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
     for c in 0..d.c {
         for i in 0..d.kh {
             for j in 0..d.kw {
@@ -26,17 +25,17 @@ fn im2col(x: &[f32], d: &ConvDims) -> Array2<f32> {
 }
 
 /// Row-major data of an array.
-fn raw(a: &ArrayD<f32>) -> Vec<f32> {
+fn raw<T: Real>(a: &ArrayD<T>) -> Vec<T> {
     a.as_standard_layout().to_owned().into_raw_vec_and_offset().0
 }
 
-fn from_vec(shape: &[usize], data: Vec<f32>) -> TResult<ArrayD<f32>> {
+fn from_vec<T: Real>(shape: &[usize], data: Vec<T>) -> TResult<ArrayD<T>> {
     Ok(ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| e.to_string())?)
 }
 
 /// A convolution's sizes, its input as row-major data and its weights as an O × (C·KH·KW)
 /// matrix (the form im2col multiplies).
-fn conv_operands(x: &ArrayD<f32>, k: &ArrayD<f32>) -> TResult<(ConvDims, Vec<f32>, Array2<f32>)> {
+fn conv_operands<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>) -> TResult<(ConvDims, Vec<T>, Array2<T>)> {
     let d = conv_dims(x.shape(), k.shape())?;
     let wm =
         k.as_standard_layout().to_owned().into_shape_with_order((d.o, d.c * d.kh * d.kw)).map_err(|e| e.to_string())?;
@@ -44,32 +43,32 @@ fn conv_operands(x: &ArrayD<f32>, k: &ArrayD<f32>) -> TResult<(ConvDims, Vec<f32
 }
 
 /// Valid (unpadded), stride-1 convolution, NCHW.
-pub fn conv2d(x: &ArrayD<f32>, k: &ArrayD<f32>) -> TResult<ArrayD<f32>> {
+pub fn conv2d<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let (d, xs, wm) = conv_operands(x, k)?;
     let img = d.c * d.h * d.w;
-    let mut out = Array3::<f32>::zeros((d.n, d.o, d.oh * d.ow));
+    let mut out = Array3::<T>::zeros((d.n, d.o, d.oh * d.ow));
     for (n, out_n) in out.outer_iter_mut().enumerate() {
         let cols = im2col(&xs[n * img..(n + 1) * img], &d);
-        gemm::gemm(1.0, wm.view(), cols.view(), 0.0, out_n);
+        T::gemm(T::one(), wm.view(), cols.view(), T::zero(), out_n);
     }
     from_vec(&[d.n, d.o, d.oh, d.ow], out.into_raw_vec_and_offset().0)
 }
 
 /// The adjoints of `conv2d` with respect to its input and its weights.
-pub fn conv2d_grads(x: &ArrayD<f32>, k: &ArrayD<f32>, g: &ArrayD<f32>) -> TResult<(ArrayD<f32>, ArrayD<f32>)> {
+pub fn conv2d_grads<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, g: &ArrayD<T>) -> TResult<(ArrayD<T>, ArrayD<T>)> {
     let (d, xs, wm) = conv_operands(x, k)?;
     let gs = raw(g);
     let img = d.c * d.h * d.w;
     let gimg = d.o * d.oh * d.ow;
-    let mut dw = Array2::<f32>::zeros((d.o, d.c * d.kh * d.kw));
-    let mut dx = vec![0f32; d.n * img];
+    let mut dw = Array2::<T>::zeros((d.o, d.c * d.kh * d.kw));
+    let mut dx = vec![T::zero(); d.n * img];
     for n in 0..d.n {
         let cols = im2col(&xs[n * img..(n + 1) * img], &d);
         let gn =
             ArrayView2::from_shape((d.o, d.oh * d.ow), &gs[n * gimg..(n + 1) * gimg]).map_err(|e| e.to_string())?;
-        gemm::gemm(1.0, gn, cols.t(), 1.0, dw.view_mut());
-        let mut dcols = Array2::<f32>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
-        gemm::gemm(1.0, wm.t(), gn, 0.0, dcols.view_mut());
+        T::gemm(T::one(), gn, cols.t(), T::one(), dw.view_mut());
+        let mut dcols = Array2::<T>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
+        T::gemm(T::one(), wm.t(), gn, T::zero(), dcols.view_mut());
         let dxn = &mut dx[n * img..(n + 1) * img];
         for c in 0..d.c {
             for i in 0..d.kh {
@@ -90,14 +89,14 @@ pub fn conv2d_grads(x: &ArrayD<f32>, k: &ArrayD<f32>, g: &ArrayD<f32>) -> TResul
 /// k×k max pooling with stride k over the last two axes of [N, C, H, W]. With `g`, routes the
 /// adjoint back to each window's maximum instead, or (`pick`) takes g's element at each
 /// window's maximum (max pooling's forward-mode rule).
-pub fn pool(x: &ArrayD<f32>, k: usize, g: Option<&ArrayD<f32>>, pick: bool) -> TResult<ArrayD<f32>> {
+pub fn pool<T: Real>(x: &ArrayD<T>, k: usize, g: Option<&ArrayD<T>>, pick: bool) -> TResult<ArrayD<T>> {
     let s = x.shape();
     let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
     let (oh, ow) = (h / k, w / k);
     let xs = raw(x);
     let gs = g.map(raw);
     let scatter = gs.is_some() && !pick;
-    let mut out = vec![0f32; if scatter { n * c * h * w } else { n * c * oh * ow }];
+    let mut out = vec![T::zero(); if scatter { n * c * h * w } else { n * c * oh * ow }];
     for plane in 0..n * c {
         for y in 0..oh {
             for xx in 0..ow {

@@ -1,92 +1,94 @@
 //! Elementwise arithmetic and math on CPU tensors.
 //!
 //! Two things make these fast, and both are why this module exists:
-//! - every loop is compiled once per operation (the `with_*` macros bind the operation to a
-//!   closure before the loop), so contiguous operands run as plain slice loops the compiler
-//!   vectorizes; a function pointer chosen at run time would cost an indirect call per element;
+//! - every loop is compiled once per operation and element type (the `with_*` macros bind the
+//!   operation to a closure before the loop), so contiguous operands run as plain slice loops
+//!   the compiler vectorizes; a function pointer chosen at run time would cost an indirect call
+//!   per element;
 //! - operands arrive by value: a tensor nobody else holds (`Rc` count 1, e.g. the temporary
 //!   between two optimiser steps) is overwritten in place instead of allocating a new buffer.
 //!
-//! GPU operands never reach these functions (`Tensor::binary` and `Tensor::unary` route them
-//! to the GPU's kernels).
+//! The floating dtypes share one generic definition (`Real`); int64 has its own arithmetic,
+//! and dtypes promote as JAX's do (`DType::promote`). GPU operands never reach these functions
+//! (`ops::binary` and `Tensor::unary` route them to the GPU's kernels).
 
 use crate::op::{Bin, Un};
-use crate::{broadcast_shape, Storage, TResult, Tensor};
+use crate::{broadcast_shape, DType, Real, Storage, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, IxDyn, Zip};
 use std::rc::Rc;
 
-/// Evaluates `$body` with `$f` bound to `$op` as a closure, once per operation.
+/// Evaluates `$body` with `$f` bound to `$op` on elements of type `$t`, once per operation.
 macro_rules! with_bin {
-    ($op:expr, $f:ident, $body:expr) => {
+    ($op:expr, $t:ty, $f:ident, $body:expr) => {
         match $op {
             Bin::Add => {
-                let $f = |x: f32, y: f32| x + y;
+                let $f = |x: $t, y: $t| x + y;
                 $body
             }
             Bin::Sub => {
-                let $f = |x: f32, y: f32| x - y;
+                let $f = |x: $t, y: $t| x - y;
                 $body
             }
             Bin::Mul => {
-                let $f = |x: f32, y: f32| x * y;
+                let $f = |x: $t, y: $t| x * y;
                 $body
             }
             Bin::Div => {
-                let $f = |x: f32, y: f32| x / y;
+                let $f = |x: $t, y: $t| x / y;
                 $body
             }
             Bin::Pow => {
-                let $f = f32::powf;
+                let $f = <$t as num_traits::Float>::powf;
                 $body
             }
             Bin::Mask => {
-                let $f = |x: f32, m: f32| if m > 0.0 { x } else { 0.0 };
+                let $f = |x: $t, m: $t| {
+                    if m > <$t as num_traits::Zero>::zero() {
+                        x
+                    } else {
+                        <$t as num_traits::Zero>::zero()
+                    }
+                };
                 $body
             }
         }
     };
 }
 
-/// `op` on one f32 element: `Un::eval`, except the `vmath` versions where libm's would keep a
-/// loop from vectorizing. Always inlined with a constant `op` (see `with_un`), so the match
-/// folds away.
-#[inline(always)]
-fn un_f32(op: Un, x: f32) -> f32 {
-    match op {
-        Un::Exp => super::vmath::exp(x),
-        Un::Tanh => super::vmath::tanh(x),
-        Un::Sigmoid => super::vmath::sigmoid(x),
-        _ => op.eval(x),
-    }
-}
-
-/// Evaluates `$body` with `$f` bound to `$op`'s f32 definition, once per operation.
+/// Evaluates `$body` with `$f` bound to `$op`'s definition on `$t` (`Real::un`), once per
+/// operation.
 macro_rules! with_un {
-    ($op:expr, $f:ident, $body:expr) => {
-        with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs)
+    ($op:expr, $t:ty, $f:ident, $body:expr) => {
+        with_un!(@arms $op, $t, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs)
     };
-    (@arms $op:expr, $f:ident, $body:expr; $($v:ident)*) => {
+    (@arms $op:expr, $t:ty, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {
             $(Un::$v => {
-                let $f = |x: f32| un_f32(Un::$v, x);
+                let $f = |x: $t| <$t as Real>::un(Un::$v, x);
                 $body
             })*
         }
     };
 }
 
-/// The CPU array of a tensor only this caller holds, or the tensor back.
-fn owned(t: Rc<Tensor>) -> Result<ArrayD<f32>, Rc<Tensor>> {
+/// The array of a tensor only this caller holds, when it is stored as `T`; or the tensor back.
+fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
     match Rc::try_unwrap(t) {
-        Ok(Tensor { storage: Storage::Cpu(a) }) => Ok(a),
-        Ok(gpu) => Err(Rc::new(gpu)),
+        Ok(Tensor { storage }) => T::take(storage).map_err(|storage| Rc::new(Tensor { storage })),
         Err(shared) => Err(shared),
     }
 }
 
+/// `t`'s array as `T` (the caller has converted it).
+fn real<T: Real>(t: &Tensor) -> TResult<&ArrayD<T>> {
+    T::of(t).ok_or_else(|| {
+        TensorError::internal(format!("a {} tensor where {} was expected", t.dtype().name(), T::DTYPE.name()))
+    })
+}
+
 /// dst[i] = g(dst[i], src[i]), with `src` broadcast to `dst`'s shape.
 #[inline(always)]
-fn update(dst: &mut ArrayD<f32>, src: &ArrayD<f32>, g: impl Fn(f32, f32) -> f32) {
+fn update<T: Copy>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Fn(T, T) -> T) {
     if dst.shape() == src.shape() {
         if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
             d.iter_mut().zip(s).for_each(|(p, &q)| *p = g(*p, q));
@@ -98,7 +100,7 @@ fn update(dst: &mut ArrayD<f32>, src: &ArrayD<f32>, g: impl Fn(f32, f32) -> f32)
 
 /// A new array of `shape` with out[i] = f(x[i], y[i]), both broadcast to `shape`.
 #[inline(always)]
-fn fresh(x: &ArrayD<f32>, y: &ArrayD<f32>, shape: &[usize], f: impl Fn(f32, f32) -> f32) -> TResult<ArrayD<f32>> {
+fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Fn(T, T) -> T) -> TResult<ArrayD<T>> {
     if x.shape() == y.shape() {
         if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
             let out = a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect();
@@ -112,7 +114,7 @@ fn fresh(x: &ArrayD<f32>, y: &ArrayD<f32>, shape: &[usize], f: impl Fn(f32, f32)
 
 /// out[i] = f(x[i]) into `x` itself.
 #[inline(always)]
-fn update1(x: &mut ArrayD<f32>, f: impl Fn(f32) -> f32) {
+fn update1<T: Copy>(x: &mut ArrayD<T>, f: impl Fn(T) -> T) {
     match x.as_slice_mut() {
         Some(s) => s.iter_mut().for_each(|v| *v = f(*v)),
         None => x.mapv_inplace(f),
@@ -122,7 +124,7 @@ fn update1(x: &mut ArrayD<f32>, f: impl Fn(f32) -> f32) {
 /// A new array with out[i] = f(x[i]). Contiguous data goes through a plain slice loop: through
 /// ndarray's `mapv` the `vmath` loops do not vectorize (the W2 benchmark ran 1.25× slower).
 #[inline(always)]
-fn fresh1(x: &ArrayD<f32>, f: impl Fn(f32) -> f32) -> ArrayD<f32> {
+fn fresh1<T: Copy>(x: &ArrayD<T>, f: impl Fn(T) -> T) -> ArrayD<T> {
     match x.as_slice() {
         // The shape is x's own, so `from_shape_vec` cannot fail; `mapv` is only the formal else.
         Some(s) => {
@@ -132,16 +134,37 @@ fn fresh1(x: &ArrayD<f32>, f: impl Fn(f32) -> f32) -> ArrayD<f32> {
     }
 }
 
-/// `a op b` with NumPy broadcasting, reusing an operand's buffer when only this caller holds it
-/// and it already has the result's shape.
+/// The dtype of `a op b` for operands promoted to `d`: integer division is true division (a
+/// float32 result), and bool arithmetic counts in int64.
+fn arithmetic_dtype(op: Bin, d: DType) -> DType {
+    match d {
+        DType::I64 | DType::Bool if op == Bin::Div => DType::F32,
+        DType::Bool => DType::I64,
+        d => d,
+    }
+}
+
+/// `a op b` with NumPy broadcasting and JAX's promotion, reusing an operand's buffer when only
+/// this caller holds it and it already has the result's shape and dtype.
 pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
+    if let (Storage::F32(_), Storage::F32(_)) = (&a.storage, &b.storage) {
+        return binary_real::<f32>(op, a, b);
+    }
+    match arithmetic_dtype(op, DType::promote(a.dtype(), b.dtype())) {
+        DType::F32 => binary_real::<f32>(op, Tensor::as_real::<f32>(a)?, Tensor::as_real::<f32>(b)?),
+        DType::F64 => binary_real::<f64>(op, Tensor::as_real::<f64>(a)?, Tensor::as_real::<f64>(b)?),
+        _ => binary_int(op, &a.astype(DType::I64)?, &b.astype(DType::I64)?),
+    }
+}
+
+fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
     let shape = broadcast_shape(a.shape(), b.shape())?;
-    with_bin!(op, f, {
+    with_bin!(op, T, f, {
         let a = if a.shape() == shape.as_slice() {
-            match owned(a) {
+            match owned::<T>(a) {
                 Ok(mut x) => {
-                    update(&mut x, b.array(), f);
-                    return Ok(Tensor::from_array(x));
+                    update(&mut x, real::<T>(&b)?, f);
+                    return Ok(Tensor::from_real(x));
                 }
                 Err(a) => a,
             }
@@ -149,53 +172,103 @@ pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
             a
         };
         let b = if b.shape() == shape.as_slice() {
-            match owned(b) {
+            match owned::<T>(b) {
                 Ok(mut y) => {
-                    update(&mut y, a.array(), |q, p| f(p, q));
-                    return Ok(Tensor::from_array(y));
+                    update(&mut y, real::<T>(&a)?, |q, p| f(p, q));
+                    return Ok(Tensor::from_real(y));
                 }
                 Err(b) => b,
             }
         } else {
             b
         };
-        fresh(a.array(), b.array(), &shape, f).map(Tensor::from_array)
+        fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, f).map(Tensor::from_real)
     })
 }
 
-/// `t op s` (or `s op t` when `scalar_left`), in place when only this caller holds `t`.
-pub fn with_scalar(op: Bin, t: Rc<Tensor>, s: f32, scalar_left: bool) -> Tensor {
-    with_bin!(op, f, {
-        let g = |v: f32| if scalar_left { f(s, v) } else { f(v, s) };
-        match owned(t) {
+/// int64 arithmetic: wrapping, as NumPy's and JAX's; a negative power is an error (NumPy
+/// refuses it too), and so is `**` past int64's range.
+fn binary_int(op: Bin, a: &Tensor, b: &Tensor) -> TResult<Tensor> {
+    let (Some(x), Some(y)) = (a.i64s(), b.i64s()) else {
+        return Err(TensorError::internal("int64 arithmetic on another dtype"));
+    };
+    let shape = broadcast_shape(x.shape(), y.shape())?;
+    let out = match op {
+        Bin::Add => fresh(x, y, &shape, i64::wrapping_add)?,
+        Bin::Sub => fresh(x, y, &shape, i64::wrapping_sub)?,
+        Bin::Mul => fresh(x, y, &shape, i64::wrapping_mul)?,
+        Bin::Pow => {
+            if y.iter().any(|&e| e < 0) {
+                return Err(TensorError::new(
+                    "`**`: an int64 tensor to a negative power (convert with `astype \"float32\"` first)",
+                ));
+            }
+            fresh(x, y, &shape, |p, e| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX)))?
+        }
+        Bin::Mask => fresh(x, y, &shape, |x, m| if m > 0 { x } else { 0 })?,
+        Bin::Div => return Err(TensorError::internal("int64 division reached the integer kernel")),
+    };
+    Ok(Tensor { storage: Storage::I64(out) })
+}
+
+/// `t op s` (or `s op t` when `scalar_left`), in place when only this caller holds `t`. A
+/// Float is weakly typed, as in JAX: it takes a floating tensor's dtype, and makes an int64 or
+/// bool tensor's result float32.
+pub fn with_scalar(op: Bin, t: Rc<Tensor>, s: f64, scalar_left: bool) -> TResult<Tensor> {
+    match t.dtype() {
+        DType::F64 => scalar_real::<f64>(op, t, s, scalar_left),
+        DType::F32 if !t.is_gpu() => scalar_real::<f32>(op, t, s as f32, scalar_left),
+        _ => scalar_real::<f32>(op, Tensor::as_real::<f32>(t)?, s as f32, scalar_left),
+    }
+}
+
+fn scalar_real<T: Real>(op: Bin, t: Rc<Tensor>, s: T, scalar_left: bool) -> TResult<Tensor> {
+    with_bin!(op, T, f, {
+        let g = |v: T| if scalar_left { f(s, v) } else { f(v, s) };
+        match owned::<T>(t) {
             Ok(mut x) => {
                 update1(&mut x, g);
-                Tensor::from_array(x)
+                Ok(Tensor::from_real(x))
             }
-            Err(t) => Tensor::from_array(fresh1(t.array(), g)),
+            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, g))),
         }
     })
 }
 
-/// A math function on every element, in place when only this caller holds `t`.
+/// A math function on every element, in place when only this caller holds `t`. Negation,
+/// `abs` and `relu` keep an int64 tensor's dtype; the other functions compute in float32 for
+/// an int64 or bool tensor (as `jnp.sin` does).
 pub fn unary(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
     if t.is_gpu() {
         return t.unary(op);
     }
-    Ok(with_un!(op, f, {
-        match owned(t) {
-            Ok(mut x) => {
-                update1(&mut x, f);
-                Tensor::from_array(x)
-            }
-            Err(t) => Tensor::from_array(fresh1(t.array(), f)),
+    match t.dtype() {
+        DType::F32 => unary_real::<f32>(op, t),
+        DType::F64 => unary_real::<f64>(op, t),
+        _ if matches!(op, Un::Neg | Un::Abs | Un::Relu) => {
+            let t = t.astype(DType::I64)?;
+            let x = t.i64s().ok_or_else(|| TensorError::internal("int64 conversion"))?;
+            let out = match op {
+                Un::Neg => x.mapv(i64::wrapping_neg),
+                Un::Abs => x.mapv(i64::wrapping_abs),
+                _ => x.mapv(|v| v.max(0)),
+            };
+            Ok(Tensor { storage: Storage::I64(out) })
         }
-    }))
+        _ => unary_real::<f32>(op, Tensor::as_real::<f32>(t)?),
+    }
 }
 
-/// A math function on every element of a borrowed array (no reuse possible).
-pub fn map_un(op: Un, x: &ArrayD<f32>) -> ArrayD<f32> {
-    with_un!(op, f, fresh1(x, f))
+fn unary_real<T: Real>(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
+    with_un!(op, T, f, {
+        match owned::<T>(t) {
+            Ok(mut x) => {
+                update1(&mut x, f);
+                Ok(Tensor::from_real(x))
+            }
+            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, f))),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -211,11 +284,11 @@ mod tests {
         let a = t(&[3], &[1.0, 2.0, 3.0]);
         let keep = a.clone();
         let b = t(&[3], &[10.0, 20.0, 30.0]);
-        let ptr = b.array().as_ptr();
+        let ptr = b.cpu().unwrap().as_ptr();
         // `a` is shared, so the result goes into `b`'s buffer: a - b, not b - a.
         let r = binary(Bin::Sub, a, b).unwrap();
         assert_eq!(r.data(), vec![-9.0, -18.0, -27.0]);
-        assert_eq!(r.array().as_ptr(), ptr);
+        assert_eq!(r.cpu().unwrap().as_ptr(), ptr);
         assert_eq!(keep.data(), vec![1.0, 2.0, 3.0]);
     }
 
@@ -234,8 +307,33 @@ mod tests {
     #[test]
     fn scalar_sides_and_unary() {
         let x = t(&[2], &[1.0, 4.0]);
-        assert_eq!(with_scalar(Bin::Sub, x.clone(), 1.0, true).data(), vec![0.0, -3.0]);
-        assert_eq!(with_scalar(Bin::Sub, x.clone(), 1.0, false).data(), vec![0.0, 3.0]);
+        assert_eq!(with_scalar(Bin::Sub, x.clone(), 1.0, true).unwrap().data(), vec![0.0, -3.0]);
+        assert_eq!(with_scalar(Bin::Sub, x.clone(), 1.0, false).unwrap().data(), vec![0.0, 3.0]);
         assert_eq!(unary(Un::Sqrt, x).unwrap().data(), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn dtypes_promote_as_jax_does() {
+        let f64s = Rc::new(Tensor::from_f64s(&[2], vec![0.1, 0.2]).unwrap());
+        let ints = Rc::new(Tensor::from_i64s(&[2], vec![3, -4]).unwrap());
+        let bools = Rc::new(Tensor::from_bools(&[2], vec![true, false]).unwrap());
+        let r = binary(Bin::Add, f64s.clone(), t(&[2], &[1.0, 2.0])).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::F64, vec![1.1, 2.2]));
+        let r = binary(Bin::Mul, ints.clone(), ints.clone()).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::I64, vec![9.0, 16.0]));
+        let r = binary(Bin::Div, ints.clone(), ints.clone()).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::F32, vec![1.0, 1.0]));
+        let r = binary(Bin::Add, bools.clone(), bools).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::I64, vec![2.0, 0.0]));
+        let r = with_scalar(Bin::Mul, ints.clone(), 0.5, false).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::F32, vec![1.5, -2.0]));
+        let r = with_scalar(Bin::Mul, f64s, 3.0, false).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::F64, vec![0.1 * 3.0, 0.2 * 3.0]));
+        let r = unary(Un::Neg, ints.clone()).unwrap();
+        assert_eq!((r.dtype(), r.to_f64s()), (DType::I64, vec![-3.0, 4.0]));
+        let r = unary(Un::Exp, ints.clone()).unwrap();
+        assert_eq!(r.dtype(), DType::F32);
+        let e = binary(Bin::Pow, ints.clone(), Rc::new(Tensor::from_i64s(&[2], vec![2, -1]).unwrap()));
+        assert!(e.is_err());
     }
 }

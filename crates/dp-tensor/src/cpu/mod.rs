@@ -6,19 +6,21 @@
 mod conv;
 pub mod elementwise;
 pub mod gemm;
+pub mod layout;
 pub mod vmath;
 
 use crate::ops::Backend;
-use crate::{fmt_shape, TResult, Tensor, TensorError};
-use ndarray::{ArrayD, Axis, IxDyn, Slice};
+use crate::{fmt_shape, Real, TResult, Tensor, TensorError};
+use ndarray::{ArrayD, Axis, IxDyn};
 
-impl Backend for ArrayD<f32> {
+/// The CPU backend, once for both floating dtypes.
+impl<T: Real> Backend for ArrayD<T> {
     #[inline]
     fn of(t: &Tensor) -> Option<&Self> {
-        t.cpu()
+        T::of(t)
     }
     fn into_tensor(self) -> Tensor {
-        Tensor::from_array(self)
+        Tensor::from_real(self)
     }
     fn shape(&self) -> &[usize] {
         ArrayD::shape(self)
@@ -27,15 +29,16 @@ impl Backend for ArrayD<f32> {
         let (xs, ys) = (self.shape(), b.shape());
         let shape: Vec<usize> = xs[..xs.len() - 1].iter().chain(&ys[1..]).copied().collect();
         let mut out = ArrayD::zeros(IxDyn(&shape));
-        product_into(&mut out, self, false, b, false, 0.0)?;
+        product_into(&mut out, self, false, b, false, T::zero())?;
         Ok(out)
     }
     fn sum_all(&self) -> TResult<f64> {
-        Ok(self.iter().fold(0.0, |s, &x| s + x as f64))
+        Ok(self.iter().fold(0.0, |s, &x| s + x.to_f64().unwrap_or(f64::NAN)))
     }
     fn max_all(&self) -> TResult<f64> {
-        // NaN propagates (f32::max would skip it: a diverged loss would look finite).
-        Ok(self.iter().fold(f32::NEG_INFINITY, |a, &b| if a.is_nan() || b <= a { a } else { b }) as f64)
+        // NaN propagates (Float::max would skip it: a diverged loss would look finite).
+        let m = self.iter().fold(T::neg_infinity(), |a, &b| if a.is_nan() || b <= a { a } else { b });
+        Ok(m.to_f64().unwrap_or(f64::NAN))
     }
     fn logsumexp(&self) -> TResult<f64> {
         let m = self.max_all()?;
@@ -43,15 +46,15 @@ impl Backend for ArrayD<f32> {
         if !m.is_finite() {
             return Ok(m);
         }
-        let s: f64 = self.iter().map(|&x| (x as f64 - m).exp()).sum();
+        let s: f64 = self.iter().map(|&x| (x.to_f64().unwrap_or(f64::NAN) - m).exp()).sum();
         Ok(m + s.ln())
     }
     fn item(&self) -> TResult<f64> {
-        Ok(self.iter().next().copied().unwrap_or(0.0) as f64)
+        Ok(self.iter().next().map_or(0.0, |x| x.to_f64().unwrap_or(f64::NAN)))
     }
     fn sum_axis(&self, axis: usize, mean: bool) -> TResult<Self> {
         let s = ArrayD::sum_axis(self, Axis(axis));
-        Ok(if mean { s / self.shape()[axis].max(1) as f32 } else { s })
+        Ok(if mean { s / T::of_f64(self.shape()[axis].max(1) as f64) } else { s })
     }
     fn sum_to(&self, shape: &[usize]) -> TResult<Self> {
         if self.shape() == shape {
@@ -77,69 +80,63 @@ impl Backend for ArrayD<f32> {
         Ok(a)
     }
     fn broadcast_to(&self, shape: &[usize]) -> TResult<Self> {
-        let b = self
-            .broadcast(IxDyn(shape))
-            .ok_or_else(|| format!("cannot broadcast shape {} to {}", fmt_shape(self.shape()), fmt_shape(shape)))?;
-        Ok(b.to_owned())
+        layout::broadcast_to(self, shape)
     }
     fn reshape(&self, shape: &[usize]) -> TResult<Self> {
-        let a = self.as_standard_layout().to_owned();
-        Ok(a.into_shape_with_order(IxDyn(shape)).map_err(|e| e.to_string())?)
+        layout::reshape(self, shape)
     }
-    /// Reverses the axes (the usual transpose for matrices).
     fn transpose(&self) -> TResult<Self> {
-        Ok(self.t().as_standard_layout().into_owned())
+        Ok(layout::transpose(self))
     }
     fn row(&self, i: usize) -> TResult<Self> {
-        Ok(self.index_axis(Axis(0), i).to_owned())
+        Ok(layout::row(self, i))
     }
     fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self> {
-        let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+        let mut out = ArrayD::<T>::zeros(IxDyn(shape));
         out.index_axis_mut(Axis(0), i).assign(self);
         Ok(out)
     }
     fn softmax(&self, log: bool) -> TResult<Self> {
         let ax = Axis(self.ndim() - 1);
-        let max = self.map_axis(ax, |r| r.fold(f32::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+        let max = self.map_axis(ax, |r| r.fold(T::neg_infinity(), |a, &b| a.max(b))).insert_axis(ax);
         if log {
             let shifted = self - &max;
-            let lse = shifted.mapv(f32::exp).sum_axis(ax).mapv(f32::ln).insert_axis(ax);
+            let lse = shifted.mapv(T::exp).sum_axis(ax).mapv(T::ln).insert_axis(ax);
             return Ok(shifted - lse);
         }
-        let e = (self - &max).mapv(f32::exp);
+        let e = (self - &max).mapv(T::exp);
         let s = e.sum_axis(ax).insert_axis(ax);
         Ok(e / s)
     }
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
-        let views: Vec<_> = parts.iter().map(|t| t.view()).collect();
-        Ok(ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?)
+        layout::concat(parts, axis)
     }
     fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self> {
-        Ok(self.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned())
+        Ok(layout::slice(self, axis, lo, hi))
     }
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self> {
-        let mut out = ArrayD::<f32>::zeros(IxDyn(shape));
+        let mut out = ArrayD::<T>::zeros(IxDyn(shape));
         let n = self.shape()[axis];
-        out.slice_axis_mut(Axis(axis), Slice::from(lo..lo + n)).assign(self);
+        out.slice_axis_mut(Axis(axis), ndarray::Slice::from(lo..lo + n)).assign(self);
         Ok(out)
     }
     fn mask(&self, m: &Self) -> TResult<Self> {
         if self.shape() != m.shape() {
             return Err(TensorError::internal("a mask of another shape"));
         }
-        Ok(ndarray::Zip::from(self).and(m).map_collect(|&x, &m| if m > 0.0 { x } else { 0.0 }))
+        Ok(ndarray::Zip::from(self).and(m).map_collect(|&x, &m| if m > T::zero() { x } else { T::zero() }))
     }
     fn step(&self) -> TResult<Self> {
-        Ok(self.mapv(|x| if x > 0.0 { 1.0 } else { 0.0 }))
+        Ok(self.mapv(|x| if x > T::zero() { T::one() } else { T::zero() }))
     }
     fn sign(&self) -> TResult<Self> {
-        Ok(self.mapv(|x| if x >= 0.0 { 1.0 } else { -1.0 }))
+        Ok(self.mapv(|x| if x >= T::zero() { T::one() } else { -T::one() }))
     }
     fn argmax_mask(&self) -> TResult<Self> {
-        let mut out = ArrayD::<f32>::zeros(self.raw_dim());
+        let mut out = ArrayD::<T>::zeros(self.raw_dim());
         if let Some(i) = argmax(self) {
             if let Some(x) = out.iter_mut().nth(i) {
-                *x = 1.0;
+                *x = T::one();
             }
         }
         Ok(out)
@@ -158,8 +155,8 @@ impl Backend for ArrayD<f32> {
 
 /// The position of the first NaN, else of the first largest element (row-major), as NumPy's
 /// argmax; None for an empty array.
-pub fn argmax(a: &ArrayD<f32>) -> Option<usize> {
-    let mut best: Option<(usize, f32)> = None;
+pub fn argmax<T: num_traits::Float>(a: &ArrayD<T>) -> Option<usize> {
+    let mut best: Option<(usize, T)> = None;
     for (i, &x) in a.iter().enumerate() {
         if best.is_none_or(|(_, b)| !b.is_nan() && (x.is_nan() || x > b)) {
             best = Some((i, x));
@@ -171,20 +168,20 @@ pub fn argmax(a: &ArrayD<f32>) -> Option<usize> {
 /// out = x' @ y' + beta · out, where x' is x or (with `tx`) its transpose, likewise y' — the
 /// transposes are strided views, never copies. Vectors act as a column on the right and a row
 /// on the left; a vector-by-vector product with a matrix `out` is their outer product.
-pub fn product_into(
-    out: &mut ArrayD<f32>,
-    x: &ArrayD<f32>,
+pub fn product_into<T: Real>(
+    out: &mut ArrayD<T>,
+    x: &ArrayD<T>,
     tx: bool,
-    y: &ArrayD<f32>,
+    y: &ArrayD<T>,
     ty: bool,
-    beta: f32,
+    beta: T,
 ) -> TResult<()> {
     use ndarray::{Ix1, Ix2};
-    fn m2(t: &ArrayD<f32>, transposed: bool) -> TResult<ndarray::ArrayView2<'_, f32>> {
+    fn m2<T: Real>(t: &ArrayD<T>, transposed: bool) -> TResult<ndarray::ArrayView2<'_, T>> {
         let v = t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
         Ok(if transposed { v.reversed_axes() } else { v })
     }
-    fn v1(t: &ArrayD<f32>) -> TResult<ndarray::ArrayView1<'_, f32>> {
+    fn v1<T: Real>(t: &ArrayD<T>) -> TResult<ndarray::ArrayView1<'_, T>> {
         Ok(t.view().into_dimensionality::<Ix1>().map_err(|e| e.to_string())?)
     }
     let out_shape = out.shape().to_vec();
@@ -207,7 +204,7 @@ pub fn product_into(
             if a.ncols() != b.nrows() || c.dim() != (a.nrows(), b.ncols()) {
                 return Err(bad());
             }
-            gemm::gemm(1.0, a, b, beta, c);
+            T::gemm(T::one(), a, b, beta, c);
         }
         (2, 1, 1) | (1, 2, 1) => {
             // A row vector on the left is the transposed matrix on the right.
@@ -216,7 +213,7 @@ pub fn product_into(
             if a.ncols() != v.len() || c.len() != a.nrows() {
                 return Err(bad());
             }
-            gemm::gemv(1.0, a, v, beta, c);
+            T::gemv(T::one(), a, v, beta, c);
         }
         (1, 1, 0) => {
             let d = v1(x)?.dot(&v1(y)?);
