@@ -290,6 +290,7 @@ impl Tensor {
         match &self.storage {
             Storage::Gpu(g) => gpu::kernels::unary(gpu::kernels::UnOp::Clamp, g, lo, hi).map(Tensor::from_gpu),
             Storage::F64(a) => Ok(Tensor::from_real(a.mapv(|x| x.clamp(f64::from(lo), f64::from(hi))))),
+            Storage::F32(a) => Ok(Tensor::from_array(a.mapv(|x| x.clamp(lo, hi)))),
             _ => {
                 let a = Tensor::as_real::<f32>(std::rc::Rc::new(self.clone()))?;
                 let a = a.cpu().ok_or_else(|| TensorError::internal("clamp: not float32"))?;
@@ -303,6 +304,7 @@ impl Tensor {
         match &self.storage {
             Storage::Gpu(g) => gpu::ops::log_or_zero(g).map(Tensor::from_gpu),
             Storage::F64(a) => Ok(Tensor::from_real(a.mapv(|v| if v > 0.0 { v.ln() } else { 0.0 }))),
+            Storage::F32(a) => Ok(Tensor::from_array(a.mapv(|v| if v > 0.0 { v.ln() } else { 0.0 }))),
             _ => {
                 let a = Tensor::as_real::<f32>(std::rc::Rc::new(self.clone()))?;
                 let a = a.cpu().ok_or_else(|| TensorError::internal("log_or_zero: not float32"))?;
