@@ -17,6 +17,7 @@ mod layers;
 mod lsp;
 mod plots;
 mod python;
+mod random;
 mod repl;
 mod run;
 mod session;

@@ -3,7 +3,7 @@
 //! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
 //! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tree`
 //! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
-//! `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
+//! `random` (keyed random numbers), `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
 
 pub mod csv;
 pub mod files;
@@ -11,6 +11,7 @@ pub mod io;
 pub mod numbers;
 pub mod plot;
 pub mod progress;
+pub mod random;
 pub mod strings;
 pub mod tensor;
 pub mod tree;
@@ -46,6 +47,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::ConcatStrings
         | B::Split => strings::call(b, arg),
         B::ReadCsv | B::LoadCsv => csv::call(b, arg),
+        B::Key
+        | B::SplitKey
+        | B::SplitKeys
+        | B::Normal
+        | B::UniformKey
+        | B::Randint
+        | B::Permutation
+        | B::Bernoulli => random::call(m, b, arg),
         B::ProgressStart | B::ProgressTick | B::ProgressFinish => progress::call(m, b, arg),
         B::Plot | B::PlotWith => plot::call(m, b, arg),
         B::SaveParams | B::LoadParams | B::LoadNpz | B::SaveNpz => files::call(b, arg),
