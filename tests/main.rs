@@ -21,5 +21,6 @@ mod repl;
 mod run;
 mod session;
 mod snapshots;
+mod tensor_ops;
 mod tensors;
 mod types;
