@@ -117,7 +117,7 @@ fn max_axis_weights<H: Host>(m: &mut H, x: &Value, y: &Value, axis: usize) -> FR
     let top = m.forward(&TOp::Reshape(kept.clone()), &[strip(y)])?;
     let at_top = m.forward(&TOp::Cmp(Cmp::Equal), &[strip(x), top])?;
     let at_top = m.prim2(Prim::Mul, at_top, Value::Float(1.0))?;
-    let count = m.forward(&TOp::SumAxis(axis), &[at_top.clone()])?;
+    let count = m.forward(&TOp::SumAxis(axis), std::slice::from_ref(&at_top))?;
     let count = m.forward(&TOp::Reshape(kept), &[count])?;
     m.prim2(Prim::Div, at_top, count)
 }

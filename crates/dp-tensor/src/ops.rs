@@ -79,6 +79,11 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         }
         return Ok(Out::Tensor(t.astype(*d)?));
     }
+    // Before the devices are compared: its int64 indices are on the CPU whatever `t`'s device.
+    if let TOp::Gather(axis) | TOp::ScatterAdd(axis, _) = op {
+        op.check(args)?;
+        return crate::cpu::gather::forward(op, *axis, args).map(|storage| Out::Tensor(Tensor { storage }));
+    }
     let gpu = args.iter().any(|t| t.is_gpu());
     if gpu && args.iter().any(|t| !t.is_gpu()) {
         return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
@@ -86,9 +91,6 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
     op.check(args)?;
     if matches!(op, TOp::Cmp(_) | TOp::Not | TOp::Where | TOp::ArgmaxAxis(_)) {
         return comparing(op, args, gpu).map(|storage| Out::Tensor(Tensor { storage }));
-    }
-    if let TOp::Gather(axis) | TOp::ScatterAdd(axis, _) = op {
-        return crate::cpu::gather::forward(op, *axis, args).map(|storage| Out::Tensor(Tensor { storage }));
     }
     if gpu {
         return apply::<gpu::GpuTensor>(op, args);
