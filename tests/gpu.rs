@@ -776,3 +776,32 @@ fn gpu_argmax_reads_back_only_the_index() {
         assert!(bulk.is_empty(), "{}: more than the index came back:\n{}", c.name, bulk.join("\n"));
     }
 }
+
+/// LANGUAGE.md "Tensors, continued" on the GPU: comparisons and logic (held as float32 0/1
+/// there, printed as the CPU's bools' values), selects, per-axis reductions, running sums and
+/// the shape operations, with their derivatives.
+#[test]
+fn gpu_masks_reductions_and_indexing() {
+    check(&[
+        Case { name: "comparisons", tol: E, code: "let () = (pt (less x y); pt (greater_equal x 0.5); pt (equal cv cv); pt (not_equal 0.0 x); pt (less_equal x3 b3))" },
+        Case { name: "logic", tol: E, code: "let () = (pt (logical_and (less x y) (greater x 0.0)); pt (logical_or (less x y) (greater cv 0.0)); pt (logical_not (less x 0.0)))" },
+        Case { name: "where", tol: E, code: "let () = (pt (where (less x y) x y); pt (where (greater cv 0.0) rv (x * 2.0)); pt (where (tensor [1.0, 0.0]) (tensor [1.0 / 0.0, 0.0 / 0.0]) (tensor [3.0])))" },
+        Case { name: "clip, max_of, min_of", tol: E, code: "let () = (pt (clip (-0.5) 0.5 x); pt (max_of x y); pt (min_of x 0.25); pt (max_of cv rv); pt (max_of nan1 1.0))" },
+        Case { name: "any all", tol: E, code: "let () = println (show (any (greater x 3.0), all (greater pos 0.0), any (greater x 99.0), all (greater x 0.0)))" },
+        Case { name: "select derivatives", tol: R, code: "let () = (pt (grad (fun x -> sum (max_of x y * dx)) x); pt (grad (fun x -> sum (clip (-0.5) 0.5 x * dx)) x); pt (grad (fun x -> sum (where (less x y) (x * x) (x * 3.0))) x); pt (snd (jvp (fun x -> min_of x y) x dx)))" },
+        Case { name: "reductions", tol: R, code: "let () = (pf (min x); println (show (argmin x)); pt (max_axis x 0); pt (min_axis x3 (-1)); pt (argmax_axis x 1); pt (argmin_axis x3 0); pf (var x))" },
+        Case { name: "cumsum softmax_axis", tol: R, code: "let () = (pt (cumsum x 1); pt (cumsum x3 0); pt (softmax_axis x 0); pt (log_softmax_axis x3 1); pt (softmax_axis x3 (-1)))" },
+        Case { name: "reduction derivatives", tol: R, code: "let () = (pt (grad (fun x -> sum (sin (max_axis x 1))) x); pt (grad (fun x -> sum (sin (cumsum x 1))) x); pt (grad (fun x -> sum (sin (softmax_axis x 0))) x); pt (grad var x))" },
+        Case { name: "shapes", tol: E, code: "let () = (pt (expand_dims x 1); pt (squeeze (expand_dims x 0) 0); pt (stack 1 [x, y]); pt (broadcast_to rv [3, 37, 53]); pt (ravel x3); pf (get x [3, -2]); pt (grad (fun x -> get x [3, -2] * get x [0, 0]) x))" },
+    ]);
+}
+
+/// `gather`'s indices are int64, which no GPU holds: a GPU tensor is refused in words.
+#[test]
+fn gpu_gather_is_a_clear_error() {
+    if !gpu() {
+        return;
+    }
+    let r = dp("cpu", "let () = println (gather (to_device \"gpu\" (ones [2, 3])) (tensor [0]) 0)\n");
+    assert!(!r.ok && r.stderr.contains("`gather` runs on the CPU only"), "{}", r.stderr);
+}

@@ -22,5 +22,6 @@ mod repl;
 mod run;
 mod session;
 mod snapshots;
+mod tensor_ops;
 mod tensors;
 mod types;

@@ -342,7 +342,7 @@ fn repl_browse_doc_and_reload() {
         &mut p,
         &[
             (":browse nn", "linear : "),
-            (":browse prelude", "min_of : Ord a => a -> a -> a"),
+            (":browse prelude", "minimum : Ord a => List a -> Option a"),
             (":doc map", "applies `f` to each element"),
             (":doc optim.adam", "Kingma & Ba"),
             // A user's own `///` comment, typed before the definition (the comment line waits).

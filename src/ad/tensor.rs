@@ -11,7 +11,7 @@ use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::FResult;
-use crate::tensor::{Device, TOp, Un};
+use crate::tensor::{Cmp, Device, TOp, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
 pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
@@ -74,6 +74,52 @@ fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
             mul(m, ones, g)
         }
     }
+}
+
+/// A 0-d zero of `v`'s floating dtype on its device (the unselected side of a `Where` rule).
+fn zero0(v: &Value) -> FResult<Value> {
+    match strip(v) {
+        Value::Tensor(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
+        _ => Ok(Value::Float(0.0)),
+    }
+}
+
+/// The weights of `max_of`/`min_of`'s operands in its derivative, as JAX's `maximum`: 1 for the
+/// operand the result came from, 0.5 each at a tie, 0 for both where the result is a NaN
+/// neither equals. Built from the primal values: locally constant, not differentiated.
+fn pick_weights<H: Host>(m: &mut H, a: &Value, b: &Value, y: &Value) -> FResult<(Value, Value)> {
+    let (a, b, y) = (strip(a), strip(b), strip(y));
+    let ea = m.forward(&TOp::Cmp(Cmp::Equal), &[a, y.clone()])?;
+    let eb = m.forward(&TOp::Cmp(Cmp::Equal), &[b, y])?;
+    let weight = |m: &mut H, e: &Value, other: &Value| -> FResult<Value> {
+        let half = m.prim2(Prim::Mul, other.clone(), Value::Float(0.5))?;
+        let share = m.prim2(Prim::Sub, Value::Float(1.0), half)?;
+        m.prim2(Prim::Mul, e.clone(), share)
+    };
+    Ok((weight(m, &ea, &eb)?, weight(m, &eb, &ea)?))
+}
+
+/// `v` summed down to the shape of `x` (the adjoint of an operand broadcast in the forward).
+fn sum_to<H: Host>(m: &mut H, x: &Value, v: Value) -> FResult<Value> {
+    let (sx, sv) = (ad::shape_of(x), ad::shape_of(&v));
+    if sx == sv {
+        return Ok(v);
+    }
+    call(m, TOp::SumTo(sx), vec![v])
+}
+
+/// `max_axis`'s derivative weights: 1/k at each of the k positions along the axis that hold
+/// the maximum (JAX's rule for reductions by max), 0 elsewhere; kept dims of `y` say where.
+/// Built from the primal values: locally constant.
+fn max_axis_weights<H: Host>(m: &mut H, x: &Value, y: &Value, axis: usize) -> FResult<Value> {
+    let mut kept = ad::shape_of(x);
+    kept[axis] = 1;
+    let top = m.forward(&TOp::Reshape(kept.clone()), &[strip(y)])?;
+    let at_top = m.forward(&TOp::Cmp(Cmp::Equal), &[strip(x), top])?;
+    let at_top = m.prim2(Prim::Mul, at_top, Value::Float(1.0))?;
+    let count = m.forward(&TOp::SumAxis(axis), std::slice::from_ref(&at_top))?;
+    let count = m.forward(&TOp::Reshape(kept), &[count])?;
+    m.prim2(Prim::Div, at_top, count)
 }
 
 /// Reverse rule: the contribution to each input's adjoint, given the output adjoint `g`.
@@ -231,6 +277,48 @@ pub fn vjp<H: Host>(
             _ => vec![None],
         },
         TOp::Mask => vec![Some(call(m, TOp::Mask, vec![g, strip(&xs[1])])?), None],
+        TOp::Cmp(Cmp::Max | Cmp::Min) => {
+            let (wa, wb) = pick_weights(m, &xs[0], &xs[1], y)?;
+            let mut out = Vec::new();
+            for (i, w) in [wa, wb].into_iter().enumerate() {
+                out.push(if need(i) {
+                    let gw = mul(m, g.clone(), w)?;
+                    Some(sum_to(m, &xs[i], gw)?)
+                } else {
+                    None
+                });
+            }
+            out
+        }
+        // A select: the adjoint goes to the chosen side only, exactly zero on the other (an
+        // infinite or NaN `g` there does not leak as 0 · g would).
+        TOp::Where => {
+            let (c, z) = (strip(&xs[0]), zero0(&g)?);
+            let ga = call(m, TOp::Where, vec![c.clone(), g.clone(), z.clone()])?;
+            let gb = call(m, TOp::Where, vec![c, z, g])?;
+            vec![None, Some(sum_to(m, &xs[1], ga)?), Some(sum_to(m, &xs[2], gb)?)]
+        }
+        TOp::Cmp(_) | TOp::Not | TOp::ArgmaxAxis(_) => xs.iter().map(|_| None).collect(),
+        TOp::MaxAxis(a) => {
+            let w = max_axis_weights(m, &xs[0], y, *a)?;
+            let mut kept = s0.clone();
+            kept[*a] = 1;
+            let gk = call(m, TOp::Reshape(kept), vec![g])?;
+            vec![Some(mul(m, w, gk)?)]
+        }
+        // The adjoint of a running sum is the running sum from the other end: the total
+        // minus the running sum before each position.
+        TOp::Cumsum(a) => {
+            let mut kept = s0.clone();
+            kept[*a] = 1;
+            let total = call(m, TOp::SumAxis(*a), vec![g.clone()])?;
+            let total = call(m, TOp::Reshape(kept), vec![total])?;
+            let before = call(m, TOp::Cumsum(*a), vec![g.clone()])?;
+            let rest = m.prim2(Prim::Sub, total, before)?;
+            vec![Some(m.prim2(Prim::Add, rest, g)?)]
+        }
+        TOp::Gather(a) => vec![Some(call(m, TOp::ScatterAdd(*a, s0), vec![g, strip(&xs[1])])?), None],
+        TOp::ScatterAdd(a, _) => vec![Some(call(m, TOp::Gather(*a), vec![g, strip(&xs[1])])?), None],
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
 }
@@ -332,7 +420,42 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
             Some(t) => call(m, TOp::Mask, vec![t.clone(), strip(&xs[1])]),
             None => Ok(Value::Float(0.0)),
         },
-        TOp::Step | TOp::Sign | TOp::ArgmaxMask => Ok(Value::Float(0.0)),
+        TOp::Cmp(Cmp::Max | Cmp::Min) => {
+            let (wa, wb) = pick_weights(m, &xs[0], &xs[1], y)?;
+            let mut acc = Value::Float(0.0);
+            for (t, w) in ts.iter().zip([wa, wb]) {
+                if let Some(t) = t {
+                    let c = mul(m, t.clone(), w)?;
+                    acc = m.prim2(Prim::Add, acc, c)?;
+                }
+            }
+            Ok(acc)
+        }
+        TOp::Where => {
+            if ts[1].is_none() && ts[2].is_none() {
+                return Ok(Value::Float(0.0));
+            }
+            let side = |t: &Option<Value>| t.clone().map_or_else(|| zero0(y), Ok);
+            let (ta, tb) = (side(&ts[1])?, side(&ts[2])?);
+            let t = call(m, TOp::Where, vec![strip(&xs[0]), ta, tb])?;
+            let shape = ad::shape_of(y);
+            if ad::shape_of(&t) == shape {
+                Ok(t)
+            } else {
+                call(m, TOp::BroadcastTo(shape), vec![t])
+            }
+        }
+        TOp::MaxAxis(a) => {
+            let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
+            let w = max_axis_weights(m, &xs[0], y, *a)?;
+            let p = mul(m, w, t.clone())?;
+            call(m, TOp::SumAxis(*a), vec![p])
+        }
+        TOp::Gather(_) | TOp::ScatterAdd(..) => match &ts[0] {
+            Some(t) => call(m, op.clone(), vec![t.clone(), strip(&xs[1])]),
+            None => Ok(Value::Float(0.0)),
+        },
+        TOp::Step | TOp::Sign | TOp::ArgmaxMask | TOp::Cmp(_) | TOp::Not | TOp::ArgmaxAxis(_) => Ok(Value::Float(0.0)),
         TOp::AsType(to) if !to.is_float() => Ok(Value::Float(0.0)),
         _ => linear(m, ts),
     }

@@ -125,7 +125,18 @@ pub struct Checker {
     pub binding_sites: Vec<(Rc<str>, Span, Scheme)>,
 }
 
-fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
+/// What a `Broadcast` rule's operation accepts, for its errors.
+fn broadcast_note(op: &str) -> String {
+    if crate::types::ty::ordering_op(op) {
+        format!("`{op}` takes two Ints, two Floats, two Strings, two Tensors, or a Float with a Tensor")
+    } else if op.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+        format!("`{op}` takes two Tensors, or a Float with a Tensor")
+    } else {
+        "arithmetic combines two Ints, two Floats, two Tensors, or a Float with a Tensor".to_string()
+    }
+}
+
+fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
     let (constraints, body) = match spec.split_once("=>") {
         Some((c, b)) => (c.trim(), b.trim()),
         None => ("", spec),
@@ -133,8 +144,15 @@ fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
     let tokens = crate::syntax::lexer::lex(body, u32::MAX).expect("builtin type lexes");
     let te = crate::syntax::parser::parse_type(tokens).expect("builtin type parses");
     let mut vars = HashMap::new();
+    // `Broadcast a b c`: the arithmetic rule, for the builtins that mix a Float with a Tensor
+    // as `+` does (its result a variable or `Tensor`).
+    let mut broadcast = None;
     for c in constraints.split(',').filter(|c| !c.trim().is_empty()) {
         let mut it = c.split_whitespace();
+        if c.trim_start().starts_with("Broadcast") {
+            broadcast = Some(it.skip(1).map(str::to_string).collect::<Vec<_>>());
+            continue;
+        }
         let cls = match it.next() {
             Some("Num") => class::NUM,
             Some("Diff") => class::DIFF,
@@ -149,12 +167,23 @@ fn builtin_scheme(sub: &mut Subst, spec: &str) -> Scheme {
     // in the caller's context: a `shift` in `f` reaches the caller's `reset`), so all the
     // arrows of its type share one answer type.
     let answer = sub.fresh(1);
+    let mut term = |sub: &mut Subst, n: &str| match n {
+        "Tensor" => Ty::tensor(),
+        v => vars.entry(v.to_string()).or_insert_with(|| sub.fresh(1)).clone(),
+    };
+    let rule = broadcast.map(|names| {
+        let [a, b, c] = [0, 1, 2].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
+        Rule::Broadcast { a, b, c, op: name }
+    });
     let ty = convert_simple(sub, &te, &mut vars, &answer);
     let mut qs: Vec<u32> = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
     if let Ty::Var(r) = answer {
         qs.push(r);
     }
-    Scheme { vars: qs, ty, constraints: Vec::new() }
+    // The rule's origin is filled in at each use (`instantiate_at`).
+    let constraints =
+        rule.map(|rule| Constraint { rule, origin: Span::default(), solved: false }).into_iter().collect();
+    Scheme { vars: qs, ty, constraints }
 }
 
 /// The types of `reset` and `shift`, which say how answer effects flow (`-[a]->` is the
@@ -245,7 +274,7 @@ impl Checker {
         for (i, (name, _, ty)) in TABLE.iter().enumerate() {
             let scheme = match *name {
                 "reset" | "shift" => control_scheme(&mut c.subst, name),
-                _ => builtin_scheme(&mut c.subst, ty),
+                _ => builtin_scheme(&mut c.subst, name, ty),
             };
             c.scope.entry((*name).into()).or_default().push(Binding {
                 scheme,
@@ -317,6 +346,11 @@ impl Checker {
     // ------------------------------------------------------------ types
 
     fn instantiate(&mut self, s: &Scheme) -> Ty {
+        self.instantiate_at(s, Span::default())
+    }
+    /// `instantiate` at a use: a builtin's own constraints (which have no origin) report
+    /// there.
+    fn instantiate_at(&mut self, s: &Scheme, at: Span) -> Ty {
         if s.vars.is_empty() {
             return s.ty.clone();
         }
@@ -329,7 +363,8 @@ impl Checker {
             let rule = k.rule.map(|t| self.copy_ty(t, &map));
             // A scheme's constraints were satisfiable when it was made, and instantiation
             // only renames their variables, so this cannot fail.
-            let _ = self.subst.add(rule, k.origin);
+            let origin = if k.origin == Span::default() { at } else { k.origin };
+            let _ = self.subst.add(rule, origin);
         }
         self.copy_ty(&s.ty, &map)
     }
@@ -482,7 +517,7 @@ impl Checker {
                 let mut d = Diagnostic::error(Phase::Type, format!("`{op}` cannot combine `{sx}` with `{sy}`"))
                     .label(k.origin, format!("this `{op}` has operands of types `{sx}` and `{sy}`"))
                     .label(span, format!("this has type `{fnd}`, which fixes them"))
-                    .note("arithmetic combines two Ints, two Floats, two Tensors, or a Float with a Tensor");
+                    .note(broadcast_note(op));
                 if (sx == "Int" && sy == "Float") || (sx == "Float" && sy == "Int") {
                     d = d.help("Int and Float never mix: convert with `float n` or `int x`");
                 }
@@ -1275,7 +1310,7 @@ impl Checker {
                     )));
             }
         }
-        let t = self.instantiate(&b.scheme);
+        let t = self.instantiate_at(&b.scheme, sp);
         let core = match b.loc {
             Loc::Global(g) => Core::Var(VarRef::Global(g), sp),
             Loc::Builtin(i) => Core::Builtin(i, sp),

@@ -163,6 +163,11 @@ pub struct Constraint {
     pub solved: bool,
 }
 
+/// Whether a `Broadcast` rule is `max_of`'s or `min_of`'s, which also order Strings.
+pub fn ordering_op(op: &str) -> bool {
+    matches!(op, "max_of" | "min_of")
+}
+
 #[derive(Clone, Debug)]
 pub enum Rule {
     /// `Broadcast a b c`: arithmetic (`op`: `+ - * / **`) on an `a` and a `b` gives a `c`.
@@ -508,9 +513,18 @@ impl Subst {
     fn solve_broadcast(&mut self, id: u32, a: &Ty, b: &Ty, c: &Ty) -> Result<(), UnifyError> {
         let (a, b, c) = (self.prune(a), self.prune(b), self.prune(c));
         let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
+        let op = match &self.constraints[id as usize].rule {
+            Rule::Broadcast { op, .. } => *op,
+            Rule::Answer { .. } => "",
+        };
+        // `max_of`/`min_of` also take two values of another ordered type (Strings).
+        let orders = ordering_op(op);
         let head = |t: &Ty| match t {
             Ty::Var(_) => Some(None),
-            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Int" | "Float" | "Tensor" | ERROR_TYPE) => {
+            Ty::Con(n, args)
+                if args.is_empty()
+                    && (matches!(&**n, "Int" | "Float" | "Tensor" | ERROR_TYPE) || (orders && &**n == "String")) =>
+            {
                 Some(Some(n.clone()))
             }
             _ => None,
@@ -528,7 +542,12 @@ impl Subst {
         if a.is_error() || b.is_error() || c.is_error() {
             return Ok(());
         }
-        let r = if is(&ha, "Int") || is(&hb, "Int") || is(&hc, "Int") {
+        let r = if orders && [&ha, &hb, &hc].iter().any(|h| is(h, "String")) {
+            let string = Ty::string();
+            self.unify_inner(&a, &string)
+                .and_then(|_| self.unify_inner(&b, &string))
+                .and_then(|_| self.unify_inner(&c, &string))
+        } else if is(&ha, "Int") || is(&hb, "Int") || is(&hc, "Int") {
             let int = Ty::int();
             self.unify_inner(&a, &int).and_then(|_| self.unify_inner(&b, &int)).and_then(|_| self.unify_inner(&c, &int))
         } else if is(&ha, "Float") {
@@ -541,8 +560,17 @@ impl Subst {
                 .and_then(|_| self.require_class_inner(class::REAL, &b))
         } else if is(&hc, "Float") {
             self.unify_inner(&a, &Ty::float()).and_then(|_| self.unify_inner(&b, &Ty::float()))
-        } else if a == b {
+        } else if a == b && !orders {
             self.unify_inner(&a, &c).and_then(|_| self.require_class_inner(class::NUM, &a))
+        } else if orders {
+            // Undecided between the ordered types and Tensor: no class says that, so wait.
+            self.constraints[id as usize].solved = false;
+            for t in [&a, &b, &c] {
+                if let Ty::Var(v) = t {
+                    self.vars[*v as usize].waiting.push(id);
+                }
+            }
+            return Ok(());
         } else {
             // Not decided yet: refine the classes and wait for the variables.
             self.constraints[id as usize].solved = false;

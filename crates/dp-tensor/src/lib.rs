@@ -21,7 +21,7 @@ pub mod safetensors;
 
 pub use dtype::{DType, Real};
 pub use error::{TResult, TensorError};
-pub use op::{Bin, TOp, Un};
+pub use op::{Bin, Cmp, TOp, Un};
 
 use cpu::elementwise;
 use ndarray::{ArrayD, IxDyn};
@@ -354,6 +354,21 @@ impl Tensor {
             _ => Ok(cpu::argmax(
                 &ArrayD::from_shape_vec(IxDyn(self.shape()), self.to_f64s()).map_err(|e| e.to_string())?,
             )),
+        }
+    }
+    /// Whether some element is nonzero (true; NaN counts, as NumPy's `any`); false when
+    /// empty. A GPU tensor reads back one value.
+    pub fn any(&self) -> TResult<bool> {
+        match &self.storage {
+            Storage::Gpu(g) => gpu::ops::any_nonzero(g, false),
+            other => Ok(each_cpu!(other, a => a.iter().any(|&v| cast::to_f64(v) != 0.0), gpu _g => false)),
+        }
+    }
+    /// Whether every element is nonzero (true); true when empty.
+    pub fn all(&self) -> TResult<bool> {
+        match &self.storage {
+            Storage::Gpu(g) => gpu::ops::any_nonzero(g, true).map(|zero| !zero),
+            other => Ok(each_cpu!(other, a => a.iter().all(|&v| cast::to_f64(v) != 0.0), gpu _g => true)),
         }
     }
     /// The elements as float32 values, row-major (tests and small conversions).

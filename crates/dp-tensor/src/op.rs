@@ -78,6 +78,103 @@ impl Bin {
     }
 }
 
+/// The elementwise operations of two tensors that compare elements (NumPy broadcasting): the
+/// comparisons and `logical_and`/`logical_or`, whose results are `bool` (on the GPU, float32
+/// 0/1), and `max_of`/`min_of` of tensors, in the operands' promoted dtype. The discriminants
+/// are `elementwise.wgsl`'s codes, after `Bin`'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Less = 6,
+    LessEqual = 7,
+    Greater = 8,
+    GreaterEqual = 9,
+    Equal = 10,
+    NotEqual = 11,
+    And = 12,
+    Or = 13,
+    Max = 14,
+    Min = 15,
+}
+
+impl Cmp {
+    /// The builtin's name, for errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cmp::Less => "less",
+            Cmp::LessEqual => "less_equal",
+            Cmp::Greater => "greater",
+            Cmp::GreaterEqual => "greater_equal",
+            Cmp::Equal => "equal",
+            Cmp::NotEqual => "not_equal",
+            Cmp::And => "logical_and",
+            Cmp::Or => "logical_or",
+            Cmp::Max => "max_of",
+            Cmp::Min => "min_of",
+        }
+    }
+
+    /// Whether the result is a truth value (every operation but `Max` and `Min`).
+    pub fn gives_bool(self) -> bool {
+        !matches!(self, Cmp::Max | Cmp::Min)
+    }
+
+    /// The comparison on two elements of any ordered type (NaN compares false but for `!=`,
+    /// as IEEE and NumPy say); `And` and `Or` on truth values (`ops::forward` converts their
+    /// operands to `bool` first, nonzero being true).
+    #[inline]
+    pub fn holds<T: PartialOrd>(self, x: T, y: T) -> bool {
+        match self {
+            Cmp::Less => x < y,
+            Cmp::LessEqual => x <= y,
+            Cmp::Greater => x > y,
+            Cmp::GreaterEqual => x >= y,
+            Cmp::Equal => x == y,
+            Cmp::NotEqual => x != y,
+            // Not comparisons: `logic` and `pick` define them.
+            Cmp::And | Cmp::Or | Cmp::Max | Cmp::Min => false,
+        }
+    }
+
+    /// `And` and `Or` on truth values.
+    #[inline]
+    pub fn logic(self, x: bool, y: bool) -> bool {
+        if self == Cmp::And {
+            x && y
+        } else {
+            x || y
+        }
+    }
+
+    /// The larger (`Max`) or smaller (`Min`) of two elements; a NaN operand is the result, as
+    /// NumPy's and JAX's `maximum` (`f64::max` would drop it).
+    #[inline]
+    pub fn pick<T: PartialOrd + Copy>(self, x: T, y: T) -> T {
+        // An element unordered with itself is NaN.
+        if x.partial_cmp(&x).is_none() {
+            return x;
+        }
+        if y.partial_cmp(&y).is_none() {
+            return y;
+        }
+        match self {
+            Cmp::Min => {
+                if y < x {
+                    y
+                } else {
+                    x
+                }
+            }
+            _ => {
+                if y > x {
+                    y
+                } else {
+                    x
+                }
+            }
+        }
+    }
+}
+
 /// The tensor operations: every one has a CPU and a GPU definition (`ops::forward`) and, in
 /// the interpreter, a derivative rule.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +229,24 @@ pub enum TOp {
     ToDevice(Device),
     /// Converts the elements to a dtype (`astype`); a floating result's adjoint converts back.
     AsType(DType),
+    /// (a, b): an elementwise comparison, logic or `max_of`/`min_of` (`Cmp`), broadcasting.
+    Cmp(Cmp),
+    /// `logical_not`: true where the element is zero (or false).
+    Not,
+    /// (c, a, b): `a` where `c` is true (nonzero), else `b`, all three broadcast together.
+    Where,
+    /// The largest element along an axis (removed); NaN propagates.
+    MaxAxis(usize),
+    /// The position of the first largest element along an axis (removed): int64 on the CPU,
+    /// float32 on the GPU (exact below 2^24). Not differentiable.
+    ArgmaxAxis(usize),
+    /// Running sums along an axis (linear: its adjoint is the reversed running sum).
+    Cumsum(usize),
+    /// (t, indices): NumPy's `take(t, indices, axis)` with an int64 `indices` of any shape.
+    Gather(usize),
+    /// (g, indices): zeros of the shape with each slice of `g` added at its index along the
+    /// axis (the adjoint of `Gather`, a scatter-add; linear in `g`).
+    ScatterAdd(usize, Vec<usize>),
 }
 
 impl TOp {
@@ -157,6 +272,13 @@ impl TOp {
             TOp::Conv2d => "conv2d",
             TOp::MaxPool2d(_) => "max_pool2d",
             TOp::AsType(_) => "astype",
+            TOp::Cmp(c) => c.name(),
+            TOp::Not => "logical_not",
+            TOp::Where => "where",
+            TOp::MaxAxis(_) => "max_axis",
+            TOp::ArgmaxAxis(_) => "argmax_axis",
+            TOp::Cumsum(_) => "cumsum",
+            TOp::Gather(_) => "gather",
             other => return format!("{other:?}"),
         };
         format!("`{s}`")
@@ -314,6 +436,31 @@ impl TOp {
                     )));
                 }
             }
+            TOp::MaxAxis(a) | TOp::ArgmaxAxis(a) => {
+                let s = s0()?;
+                check_axis(s, *a, &self.name().replace('`', ""))?;
+                if s[*a] == 0 {
+                    return Err(TensorError::new(format!(
+                        "{}: axis {a} of shape {} is empty",
+                        self.name().replace('`', ""),
+                        fmt_shape(s)
+                    )));
+                }
+            }
+            TOp::Cumsum(a) => check_axis(s0()?, *a, "cumsum")?,
+            TOp::Gather(a) => check_axis(s0()?, *a, "gather")?,
+            TOp::ScatterAdd(a, shape) => {
+                if *a >= shape.len() {
+                    return Err(TensorError::internal("a scatter-add along a missing axis"));
+                }
+            }
+            TOp::Cmp(_) | TOp::Where => {
+                let mut shape = s0()?.to_vec();
+                for s in &operands[1..] {
+                    shape = crate::broadcast_shape(&shape, s.dims())
+                        .map_err(|e| TensorError::new(format!("{}: {}", self.name(), e.msg)))?;
+                }
+            }
             // Broadcasting and its adjoint report their own shapes where they fail (the
             // backends derive the strides as they go); the rest accept any shape.
             TOp::Sum
@@ -327,7 +474,8 @@ impl TOp {
             | TOp::Sign
             | TOp::ArgmaxMask
             | TOp::ToDevice(_)
-            | TOp::AsType(_) => {}
+            | TOp::AsType(_)
+            | TOp::Not => {}
         }
         Ok(())
     }

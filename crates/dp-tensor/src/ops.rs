@@ -4,8 +4,8 @@
 //! the one generic definition (`apply`) on that backend. An operation added to `TOp` must be
 //! given to both backends before anything compiles: there is no silent CPU fallback.
 
-use crate::cpu::{elementwise, layout};
-use crate::op::{Bin, TOp};
+use crate::cpu::{compare, elementwise, layout};
+use crate::op::{Bin, Cmp, TOp};
 use crate::{gpu, DType, Device, Storage, TResult, Tensor, TensorError};
 use ndarray::ArrayD;
 use std::rc::Rc;
@@ -44,6 +44,10 @@ pub trait Backend: Sized {
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self>;
     fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self>;
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self>;
+    /// The largest element along `axis` (removed), NaN propagating.
+    fn max_axis(&self, axis: usize) -> TResult<Self>;
+    /// Running sums along `axis`.
+    fn cumsum(&self, axis: usize) -> TResult<Self>;
     /// `self` where `m > 0`, else 0 (equal shapes).
     fn mask(&self, m: &Self) -> TResult<Self>;
     fn step(&self) -> TResult<Self>;
@@ -75,11 +79,19 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         }
         return Ok(Out::Tensor(t.astype(*d)?));
     }
+    // Before the devices are compared: its int64 indices are on the CPU whatever `t`'s device.
+    if let TOp::Gather(axis) | TOp::ScatterAdd(axis, _) = op {
+        op.check(args)?;
+        return crate::cpu::gather::forward(op, *axis, args).map(|storage| Out::Tensor(Tensor { storage }));
+    }
     let gpu = args.iter().any(|t| t.is_gpu());
     if gpu && args.iter().any(|t| !t.is_gpu()) {
         return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
     }
     op.check(args)?;
+    if matches!(op, TOp::Cmp(_) | TOp::Not | TOp::Where | TOp::ArgmaxAxis(_)) {
+        return comparing(op, args, gpu).map(|storage| Out::Tensor(Tensor { storage }));
+    }
     if gpu {
         return apply::<gpu::GpuTensor>(op, args);
     }
@@ -92,7 +104,14 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
             let joint = args.iter().fold(first, |d, t| DType::promote(d, t.dtype()));
             // Moving elements keeps an int64 or bool dtype; computing with them is done in
             // the floating dtype they promote to.
-            let dtype = if is_layout(op) { joint } else { joint.float_for() };
+            // The reductions to one Float compute in float64, exact for every int64 up to 2^53.
+            let dtype = if is_layout(op) {
+                joint
+            } else if matches!(op, TOp::Sum | TOp::Mean | TOp::Max | TOp::Logsumexp | TOp::Item) {
+                DType::F64
+            } else {
+                joint.float_for()
+            };
             let converted = args.iter().map(|t| t.astype(dtype)).collect::<TResult<Vec<_>>>()?;
             let args: Vec<&Tensor> = converted.iter().collect();
             match dtype {
@@ -103,6 +122,77 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
             }
         }
     }
+}
+
+/// The comparing operations (`Cmp`, `Not`, `Where`). Their truth-valued results and operands
+/// have no place in `Backend` (its results keep the operands' floating dtype): on the CPU
+/// they are `bool` arrays, computed in the operands' own promoted dtype (int64 exactly); on
+/// the GPU, float32 buffers of 0 and 1, any nonzero element read as true.
+fn comparing(op: &TOp, args: &[&Tensor], on_gpu: bool) -> TResult<Storage> {
+    let arg =
+        |i: usize| args.get(i).copied().ok_or_else(|| TensorError::internal(format!("{}: operand {i}", op.name())));
+    if on_gpu {
+        let g = |i: usize| arg(i)?.gpu().ok_or_else(|| TensorError::internal("a CPU operand on the GPU path"));
+        let out = match op {
+            TOp::Cmp(c) => gpu::kernels::compare(*c, g(0)?, g(1)?)?,
+            TOp::Not => gpu::kernels::logical_not(g(0)?)?,
+            TOp::ArgmaxAxis(a) => gpu::ops::argmax_axis(g(0)?, *a)?,
+            _ => gpu::kernels::select(g(0)?, g(1)?, g(2)?)?,
+        };
+        return Ok(Storage::Gpu(out));
+    }
+    let truth = |i: usize| arg(i)?.astype(DType::Bool);
+    let bools = |t: &Tensor| t.bools().cloned().ok_or_else(|| TensorError::internal("not a bool tensor"));
+    match op {
+        TOp::Not => Ok(Storage::Bool(bools(&truth(0)?)?.mapv(|x| !x))),
+        TOp::ArgmaxAxis(a) => {
+            let x = arg(0)?;
+            let x = if x.dtype().is_float() { x.clone() } else { x.astype(DType::F64)? };
+            let pos = match &x.storage {
+                Storage::F64(v) => compare::argmax_axis(v, *a),
+                _ => compare::argmax_axis(x.cpu().ok_or_else(|| TensorError::internal("argmax_axis: dtype"))?, *a),
+            };
+            Ok(Storage::I64(pos))
+        }
+        TOp::Cmp(c @ (Cmp::And | Cmp::Or)) => {
+            let (x, y) = (truth(0)?, truth(1)?);
+            Ok(Storage::Bool(compare::logic(*c, &bools(&x)?, &bools(&y)?)?))
+        }
+        _ => {
+            // The compared (or selected) operands, in their promoted dtype.
+            let (cond, first) = if *op == TOp::Where { (Some(bools(&truth(0)?)?), 1) } else { (None, 0) };
+            let (x, y) = (arg(first)?, arg(first + 1)?);
+            let d = DType::promote(x.dtype(), y.dtype());
+            let (x, y) = (x.astype(d)?, y.astype(d)?);
+            let c = cond.as_ref();
+            match d {
+                DType::F32 => typed(op, c, &x, &y, |t| t.cpu(), Storage::F32),
+                DType::F64 => typed(op, c, &x, &y, <f64 as crate::Real>::of, Storage::F64),
+                DType::I64 => typed(op, c, &x, &y, |t| t.i64s(), Storage::I64),
+                DType::Bool => typed(op, c, &x, &y, |t| t.bools(), Storage::Bool),
+            }
+        }
+    }
+}
+
+/// A comparison, `max_of`/`min_of`, or (with `cond`) a select, on operands of one dtype.
+fn typed<T: Copy + PartialOrd>(
+    op: &TOp,
+    cond: Option<&ArrayD<bool>>,
+    x: &Tensor,
+    y: &Tensor,
+    of: impl Fn(&Tensor) -> Option<&ArrayD<T>>,
+    wrap: impl Fn(ArrayD<T>) -> Storage,
+) -> TResult<Storage> {
+    let (Some(x), Some(y)) = (of(x), of(y)) else {
+        return Err(TensorError::internal(format!("{}: operands of mixed dtypes", op.name())));
+    };
+    Ok(match (op, cond) {
+        (TOp::Cmp(c), _) if c.gives_bool() => Storage::Bool(compare::compare(*c, x, y)?),
+        (TOp::Cmp(c), _) => wrap(compare::pick(*c, x, y)?),
+        (_, Some(c)) => wrap(compare::select(c, x, y)?),
+        _ => return Err(TensorError::internal(format!("{} is not a comparing operation", op.name()))),
+    })
 }
 
 /// The operations that only move elements, defined for every dtype.
@@ -174,6 +264,8 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::Slice(axis, lo, hi) => t(x.slice(*axis, *lo, *hi)?),
         TOp::Unslice(axis, lo, shape) => t(x.unslice(*axis, *lo, shape)?),
         TOp::Mask => t(x.mask(arg(1)?)?),
+        TOp::MaxAxis(a) => t(x.max_axis(*a)?),
+        TOp::Cumsum(a) => t(x.cumsum(*a)?),
         TOp::Step => t(x.step()?),
         TOp::Sign => t(x.sign()?),
         TOp::ArgmaxMask => t(x.argmax_mask()?),
@@ -183,9 +275,14 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),
-        TOp::ToDevice(_) | TOp::AsType(_) => {
-            Err(TensorError::internal(format!("{} is not a backend operation", op.name())))
-        }
+        TOp::ToDevice(_)
+        | TOp::AsType(_)
+        | TOp::Cmp(_)
+        | TOp::Not
+        | TOp::Where
+        | TOp::ArgmaxAxis(_)
+        | TOp::Gather(_)
+        | TOp::ScatterAdd(..) => Err(TensorError::internal(format!("{} is not a backend operation", op.name()))),
     }
 }
 

@@ -1,9 +1,11 @@
 //! The language's builtins that are functions of their arguments (no transfer of control; the
 //! machine itself does `reset`, `shift`, `catch`, `grad`, `jvp` and `exit`), one module per
 //! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
-//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tree`
-//! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
-//! `random` (keyed random numbers), `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
+//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tensor_ops`
+//! (its masks, reductions, shapes and indexing, "Tensors, continued"), `random` (keyed random
+//! numbers), `tree` (arithmetic over parameter structures), `files` (checkpoints and `.npz`
+//! archives), `progress` (training-loop reports) and `plot` (charts; the drawing itself is
+//! src/plot).
 
 pub mod csv;
 pub mod files;
@@ -14,6 +16,7 @@ pub mod progress;
 pub mod random;
 pub mod strings;
 pub mod tensor;
+pub mod tensor_ops;
 pub mod tree;
 
 use crate::builtins::B;
@@ -103,6 +106,38 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Astype
         | B::Conv2d
         | B::MaxPool2d => tensor::call(m, b, arg),
+        B::Less
+        | B::LessEqual
+        | B::Greater
+        | B::GreaterEqual
+        | B::Equal
+        | B::NotEqual
+        | B::LogicalAnd
+        | B::LogicalOr
+        | B::LogicalNot
+        | B::Where
+        | B::Clip
+        | B::Any
+        | B::All
+        | B::MaxOf
+        | B::MinOf
+        | B::Min
+        | B::Argmin
+        | B::MaxAxis
+        | B::MinAxis
+        | B::ArgmaxAxis
+        | B::ArgminAxis
+        | B::Cumsum
+        | B::SoftmaxAxis
+        | B::LogSoftmaxAxis
+        | B::Var
+        | B::ExpandDims
+        | B::Squeeze
+        | B::Stack
+        | B::BroadcastTo
+        | B::Ravel
+        | B::Gather
+        | B::Get => tensor_ops::call(m, b, arg),
         other => Err(Fault::internal(format!("{other:?} is not a builtin of this table"))),
     }
 }

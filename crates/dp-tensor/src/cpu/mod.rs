@@ -3,8 +3,10 @@
 //! loops compiled per operation (`elementwise`), vectorizable exp/tanh/sigmoid (`vmath`) and
 //! convolution by im2col (`conv`).
 
+pub mod compare;
 mod conv;
 pub mod elementwise;
+pub mod gather;
 pub mod gemm;
 pub mod layout;
 pub mod vmath;
@@ -118,6 +120,17 @@ impl<T: Real> Backend for ArrayD<T> {
         let mut out = ArrayD::<T>::zeros(IxDyn(shape));
         let n = self.shape()[axis];
         out.slice_axis_mut(Axis(axis), ndarray::Slice::from(lo..lo + n)).assign(self);
+        Ok(out)
+    }
+    fn max_axis(&self, axis: usize) -> TResult<Self> {
+        // NaN propagates, as in `max_all`.
+        Ok(self.map_axis(Axis(axis), |line| {
+            line.fold(T::neg_infinity(), |a, &b| if a.is_nan() || b <= a { a } else { b })
+        }))
+    }
+    fn cumsum(&self, axis: usize) -> TResult<Self> {
+        let mut out = self.clone();
+        out.accumulate_axis_inplace(Axis(axis), |&prev, cur| *cur += prev);
         Ok(out)
     }
     fn mask(&self, m: &Self) -> TResult<Self> {

@@ -5,7 +5,7 @@
 //! device and leaves the index there.
 
 use super::{context, Gpu, GpuTensor};
-use crate::op::{Bin, Un};
+use crate::op::{Bin, Cmp, Un};
 use crate::{broadcast_shape, fmt_shape, TResult, TensorError};
 
 const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
@@ -33,6 +33,7 @@ pub const ENTRY_POINTS: &[((&str, &str), &str)] = &[
     (REDUCE, "argmax_mask"),
     (SOFTMAX, "softmax"),
     (LAYOUT, "strided_copy"),
+    (LAYOUT, "cumsum"),
     (CONV, "conv2d"),
     (CONV, "conv2d_dx"),
     (CONV, "conv2d_dw"),
@@ -82,6 +83,34 @@ fn new_output(g: &Gpu, shape: Vec<usize>) -> TResult<GpuTensor> {
 
 /// `a op b` with NumPy broadcasting.
 pub fn binary(op: Bin, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+    binary_code(op as u32, a, b)
+}
+
+/// A comparison, logic or `max_of`/`min_of` with NumPy broadcasting (truth values as 0/1).
+pub fn compare(op: Cmp, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+    binary_code(op as u32, a, b)
+}
+
+/// `x op s` for a Float s (truth values as 0/1).
+pub fn compare_scalar(op: Cmp, x: &GpuTensor, s: f32) -> TResult<GpuTensor> {
+    binary_scalar_code(op as u32, x, s, false)
+}
+
+/// 1 where the element is 0, else 0.
+pub fn logical_not(x: &GpuTensor) -> TResult<GpuTensor> {
+    binary_scalar_code(Cmp::Equal as u32, x, 0.0, false)
+}
+
+/// `a` where `c` is nonzero, else `b` (broadcast together), as two masks: a select, so the
+/// unselected side's infinities and NaNs stay out.
+pub fn select(c: &GpuTensor, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
+    let keep = binary_scalar_code(Cmp::NotEqual as u32, c, 0.0, false)?;
+    let other = binary_scalar(Bin::Sub, &keep, 1.0, true)?;
+    binary(Bin::Add, &binary(Bin::Mask, a, &keep)?, &binary(Bin::Mask, b, &other)?)
+}
+
+/// `a op b` for an `elementwise.wgsl` operation code (`Bin`'s and `Cmp`'s discriminants).
+fn binary_code(op: u32, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     let g = context()?;
     let shape = broadcast_shape(&a.shape, &b.shape)?;
     let out = new_output(g, shape.clone())?;
@@ -91,7 +120,7 @@ pub fn binary(op: Bin, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     }
     if a.shape == b.shape {
         let p = pipe(g, ELEMENTWISE, "binary_same")?;
-        let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32]);
+        let prm = g.meta(&[u32_of(n, "a tensor's size")?, op]);
         g.dispatch(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], groups(n, 256))?;
         return Ok(out);
     }
@@ -109,7 +138,7 @@ pub fn binary(op: Bin, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
             })
             .collect()
     };
-    let mut prm = vec![u32_of(n, "a tensor's size")?, op as u32, rank as u32, 0];
+    let mut prm = vec![u32_of(n, "a tensor's size")?, op, rank as u32, 0];
     prm.extend(words(&shape)?);
     prm.extend(words(&bstride(&a.shape))?);
     prm.extend(words(&bstride(&b.shape))?);
@@ -121,6 +150,10 @@ pub fn binary(op: Bin, a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
 
 /// `a op s` (or `s op a` when `scalar_left`) for a Float s.
 pub fn binary_scalar(op: Bin, a: &GpuTensor, s: f32, scalar_left: bool) -> TResult<GpuTensor> {
+    binary_scalar_code(op as u32, a, s, scalar_left)
+}
+
+fn binary_scalar_code(op: u32, a: &GpuTensor, s: f32, scalar_left: bool) -> TResult<GpuTensor> {
     let g = context()?;
     let out = new_output(g, a.shape.clone())?;
     let n = out.len();
@@ -128,7 +161,7 @@ pub fn binary_scalar(op: Bin, a: &GpuTensor, s: f32, scalar_left: bool) -> TResu
         return Ok(out);
     }
     let p = pipe(g, ELEMENTWISE, "binary_scalar")?;
-    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op as u32, s.to_bits(), scalar_left as u32]);
+    let prm = g.meta(&[u32_of(n, "a tensor's size")?, op, s.to_bits(), scalar_left as u32]);
     g.dispatch(&p, &[(0, &prm), (1, a.raw()), (3, out.raw())], groups(n, 256))?;
     Ok(out)
 }
@@ -502,6 +535,22 @@ pub fn unslice(x: &GpuTensor, axis: usize, lo: usize, shape: &[usize]) -> TResul
     let out = full(shape, 0.0)?;
     let st = strides(shape);
     strided_copy(x.raw(), 0, &strides(&x.shape), out.raw(), lo * st[axis], &st, &x.shape)?;
+    Ok(out)
+}
+
+/// Running sums along `axis`.
+pub fn cumsum(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
+    let g = context()?;
+    let out = new_output(g, x.shape.clone())?;
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let n = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let lines = out.len() / n;
+    let p = pipe(g, LAYOUT, "cumsum")?;
+    let prm = g.meta(&[u32_of(lines, "a tensor's size")?, u32_of(n, "a dimension")?, u32_of(inner, "a dimension")?]);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(lines, 256))?;
     Ok(out)
 }
 

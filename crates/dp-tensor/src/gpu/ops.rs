@@ -4,7 +4,7 @@
 
 use super::kernels::{self as k, Fold, UnOp};
 use super::GpuTensor;
-use crate::op::{Bin, Un};
+use crate::op::{Bin, Cmp, Un};
 use crate::ops::Backend;
 use crate::{TResult, Tensor, TensorError};
 
@@ -78,6 +78,12 @@ impl Backend for GpuTensor {
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self> {
         k::unslice(self, axis, lo, shape)
     }
+    fn max_axis(&self, axis: usize) -> TResult<Self> {
+        k::reduce_axis(self, axis, Fold::Max, 1.0)
+    }
+    fn cumsum(&self, axis: usize) -> TResult<Self> {
+        k::cumsum(self, axis)
+    }
     fn mask(&self, m: &Self) -> TResult<Self> {
         k::binary(Bin::Mask, self, m)
     }
@@ -101,6 +107,24 @@ impl Backend for GpuTensor {
     }
 }
 
+/// The position of the first largest element along `axis` (removed), as float32: the
+/// largest of (n − position) over the positions that hold the maximum, subtracted from n.
+pub fn argmax_axis(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
+    let n = x.shape[axis];
+    let mut kept = x.shape.clone();
+    kept[axis] = 1;
+    let top = k::reduce_axis(x, axis, Fold::Max, 1.0)?.reshaped(kept);
+    let at_top = k::compare(Cmp::Equal, x, &top)?;
+    let mut along = vec![1; x.shape.len()];
+    along[axis] = n;
+    let rank_from_end: Vec<f32> = (0..n).map(|i| (n - i) as f32).collect();
+    let ranks = super::upload(
+        &ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&along), rank_from_end).map_err(|e| e.to_string())?,
+    )?;
+    let first = k::reduce_axis(&k::binary(Bin::Mul, &at_top, &ranks)?, axis, Fold::Max, 1.0)?;
+    k::binary_scalar(Bin::Sub, &first, n as f32, true)
+}
+
 /// A math function on a GPU tensor.
 pub fn unary(op: Un, x: &GpuTensor) -> TResult<GpuTensor> {
     k::unary(UnOp::Math(op), x, 0.0, 0.0)
@@ -109,6 +133,15 @@ pub fn unary(op: Un, x: &GpuTensor) -> TResult<GpuTensor> {
 /// ln x where x > 0, else 0: the factor of the derivative of a ** b with respect to b.
 pub fn log_or_zero(x: &GpuTensor) -> TResult<GpuTensor> {
     k::unary(UnOp::LogPos, x, 0.0, 0.0)
+}
+
+/// Whether some element is nonzero (or, with `zeros`, is zero), reading back one value.
+pub fn any_nonzero(x: &GpuTensor, zeros: bool) -> TResult<bool> {
+    if x.is_empty() {
+        return Ok(false);
+    }
+    let test = if zeros { k::logical_not(x)? } else { k::compare_scalar(Cmp::NotEqual, x, 0.0)? };
+    Ok(k::reduce_all(&test, Fold::Max, 0.0)? > 0.0)
 }
 
 /// Whether every element is positive (NaN is not), reading back one value rather than x.

@@ -8,7 +8,9 @@
 // prm for `binary_same`:   [n, op]                    (equal shapes, no index arithmetic)
 // prm for `binary_scalar`: [n, op, bits of the Float, 1 if the Float is the left operand]
 // prm for `accumulate`:    [n]                        (out += a)
-// op: 0 +, 1 -, 2 *, 3 /, 4 **, 5 mask (x where y > 0, else 0)
+// op: 0 +, 1 -, 2 *, 3 /, 4 **, 5 mask (x where y > 0, else 0); the comparing operations
+// (op.rs `Cmp`, truth values as 0/1, nonzero read as true): 6 <, 7 <=, 8 >, 9 >=, 10 ==,
+// 11 !=, 12 and, 13 or, 14 maximum, 15 minimum (a NaN operand is the result)
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -19,6 +21,11 @@ const WG: u32 = 256u;
 
 fn nan() -> f32 {
     return bitcast<f32>(0x7fc00000u);
+}
+
+// Bitwise, as unary.wgsl's: a compiler may fold `v != v` away.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
 fn inf() -> f32 {
@@ -75,6 +82,36 @@ fn apply(op: u32, x: f32, y: f32) -> f32 {
         }
         case 4u: {
             return powf(x, y);
+        }
+        case 6u: {
+            return select(0.0, 1.0, x < y);
+        }
+        case 7u: {
+            return select(0.0, 1.0, x <= y);
+        }
+        case 8u: {
+            return select(0.0, 1.0, x > y);
+        }
+        case 9u: {
+            return select(0.0, 1.0, x >= y);
+        }
+        case 10u: {
+            return select(0.0, 1.0, x == y);
+        }
+        case 11u: {
+            return select(0.0, 1.0, x != y);
+        }
+        case 12u: {
+            return select(0.0, 1.0, x != 0.0 && y != 0.0);
+        }
+        case 13u: {
+            return select(0.0, 1.0, x != 0.0 || y != 0.0);
+        }
+        case 14u: {
+            return select(select(select(x, y, y > x), y, is_nan(y)), x, is_nan(x));
+        }
+        case 15u: {
+            return select(select(select(x, y, y < x), y, is_nan(y)), x, is_nan(x));
         }
         default: {
             // mask: x where y > 0 (a 0/1 mask), else 0

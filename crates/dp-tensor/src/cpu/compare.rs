@@ -1,0 +1,89 @@
+//! The comparing operations on the CPU (`TOp::Cmp`, `TOp::Not`, `TOp::Where`): written once
+//! over any ordered element type, so int64 compares exactly and bool tensors need no
+//! conversion. `ops::forward` brings the operands to one dtype first.
+
+use crate::op::Cmp;
+use crate::{broadcast_shape, TResult};
+use ndarray::{ArrayD, IxDyn, Zip};
+
+/// out[i] = f(x[i], y[i]) with both broadcast to their joint shape.
+fn zip2<T: Copy, U>(x: &ArrayD<T>, y: &ArrayD<T>, f: impl Fn(T, T) -> U) -> TResult<ArrayD<U>> {
+    let shape = broadcast_shape(x.shape(), y.shape())?;
+    let xb = x.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let yb = y.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    Ok(Zip::from(&xb).and(&yb).map_collect(|&p, &q| f(p, q)))
+}
+
+/// A comparison (`Cmp::holds`) of every pair of elements.
+pub fn compare<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<bool>> {
+    zip2(x, y, |p, q| op.holds(p, q))
+}
+
+/// `logical_and` or `logical_or` of two truth-valued arrays.
+pub fn logic(op: Cmp, x: &ArrayD<bool>, y: &ArrayD<bool>) -> TResult<ArrayD<bool>> {
+    zip2(x, y, |p, q| op.logic(p, q))
+}
+
+/// `max_of` or `min_of` of every pair of elements (`Cmp::pick`).
+pub fn pick<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
+    zip2(x, y, |p, q| op.pick(p, q))
+}
+
+/// `a` where `c`, else `b`, the three broadcast together.
+pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResult<ArrayD<T>> {
+    let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
+    let cb = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let ab = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let bb = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    Ok(Zip::from(&cb).and(&ab).and(&bb).map_collect(|&c, &p, &q| if c { p } else { q }))
+}
+
+/// The position of the first largest element along `axis` (removed), the first NaN if any,
+/// as NumPy's `argmax`.
+pub fn argmax_axis<T: num_traits::Float>(x: &ArrayD<T>, axis: usize) -> ArrayD<i64> {
+    x.map_axis(ndarray::Axis(axis), |line| {
+        let mut best: Option<(usize, T)> = None;
+        for (i, &v) in line.iter().enumerate() {
+            if best.is_none_or(|(_, b)| !b.is_nan() && (v.is_nan() || v > b)) {
+                best = Some((i, v));
+            }
+        }
+        best.map_or(0, |(i, _)| i as i64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a<T: Clone>(shape: &[usize], v: &[T]) -> ArrayD<T> {
+        ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn comparisons_broadcast_and_nan_compares_false() {
+        let x = a(&[2, 1], &[1.0, f64::NAN]);
+        let y = a(&[2], &[1.0, 2.0]);
+        let lt = compare(Cmp::Less, &x, &y).unwrap();
+        assert_eq!(lt.shape(), &[2, 2]);
+        assert_eq!(lt.iter().copied().collect::<Vec<_>>(), vec![false, true, false, false]);
+        let ne = compare(Cmp::NotEqual, &x, &y).unwrap();
+        assert_eq!(ne.iter().copied().collect::<Vec<_>>(), vec![false, true, true, true]);
+        // int64 beyond 2^53 compares exactly (no float conversion).
+        let big = a(&[2], &[(1i64 << 60) + 1, 1i64 << 60]);
+        let eq = compare(Cmp::Equal, &big, &a(&[], &[1i64 << 60])).unwrap();
+        assert_eq!(eq.iter().copied().collect::<Vec<_>>(), vec![false, true]);
+    }
+
+    #[test]
+    fn pick_propagates_nan_and_select_broadcasts() {
+        let x = a(&[3], &[1.0, f64::NAN, 3.0]);
+        let y = a(&[3], &[2.0, 0.0, f64::NAN]);
+        let m: Vec<f64> = pick(Cmp::Max, &x, &y).unwrap().iter().copied().collect();
+        assert_eq!(m[0], 2.0);
+        assert!(m[1].is_nan() && m[2].is_nan());
+        let c = a(&[2, 1], &[true, false]);
+        let s = select(&c, &a(&[3], &[1, 2, 3]), &a(&[], &[0])).unwrap();
+        assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![1, 2, 3, 0, 0, 0]);
+    }
+}

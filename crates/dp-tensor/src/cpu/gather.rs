@@ -1,0 +1,106 @@
+//! Indexing by an int64 tensor (`TOp::Gather`, NumPy's `take` along an axis) and its
+//! adjoint, the scatter-add (`TOp::ScatterAdd`). Indices count from the end when negative,
+//! as NumPy's; one out of range is the program's error. The indices stay on the CPU (no GPU
+//! holds int64), so these run on the CPU only, and a GPU tensor is refused clearly.
+
+use crate::op::TOp;
+use crate::{fmt_shape, Real, Storage, TResult, Tensor, TensorError};
+use ndarray::{ArrayD, Axis, IxDyn};
+
+/// The positions along an axis of length `n` that `indices` name, checked.
+fn positions(indices: &ArrayD<i64>, n: usize, shape: &[usize], axis: usize) -> TResult<Vec<usize>> {
+    indices
+        .iter()
+        .map(|&i| {
+            let p = if i < 0 { i + n as i64 } else { i };
+            usize::try_from(p).ok().filter(|&p| p < n).ok_or_else(|| {
+                TensorError::new(format!(
+                    "gather: index {i} is out of range for axis {axis} of a tensor of shape {}",
+                    fmt_shape(shape)
+                ))
+            })
+        })
+        .collect()
+}
+
+/// `t`'s slices along `axis` at `pos`, that axis replaced by the indices' shape.
+fn take<T: Clone>(t: &ArrayD<T>, axis: usize, pos: &[usize], ishape: &[usize]) -> TResult<ArrayD<T>> {
+    let picked = t.select(Axis(axis), pos);
+    let shape: Vec<usize> = t.shape()[..axis].iter().chain(ishape).chain(&t.shape()[axis + 1..]).copied().collect();
+    crate::cpu::layout::reshape(&picked, &shape)
+}
+
+/// Zeros of `shape` with `g`'s slices (g laid out as `take`'s result) added at `pos`.
+fn scatter_add<T: Real>(g: &ArrayD<T>, axis: usize, pos: &[usize], shape: &[usize]) -> TResult<ArrayD<T>> {
+    let mut flat_shape = shape.to_vec();
+    flat_shape[axis] = pos.len();
+    let g = crate::cpu::layout::reshape(g, &flat_shape)?;
+    let mut out = ArrayD::<T>::zeros(IxDyn(shape));
+    for (j, &p) in pos.iter().enumerate() {
+        let mut dst = out.index_axis_mut(Axis(axis), p);
+        dst += &g.index_axis(Axis(axis), j);
+    }
+    Ok(out)
+}
+
+/// `Gather` or `ScatterAdd` of (t, indices) along `axis`.
+pub fn forward(op: &TOp, axis: usize, args: &[&Tensor]) -> TResult<Storage> {
+    let [t, indices] = args else {
+        return Err(TensorError::internal(format!("{} takes two operands", op.name())));
+    };
+    if t.is_gpu() || indices.is_gpu() {
+        return Err(TensorError::new("`gather` runs on the CPU only (its int64 indices have no GPU dtype)")
+            .help("move the tensor with `to_device \"cpu\" t` first"));
+    }
+    let Some(ix) = indices.i64s() else {
+        return Err(TensorError::new(format!(
+            "gather: the indices must be an int64 tensor, got {}",
+            indices.dtype().name()
+        ))
+        .help("make them with `tensor [0, 2]`, or convert with `astype \"int64\" i`"));
+    };
+    match op {
+        TOp::Gather(_) => {
+            let pos = positions(ix, t.shape()[axis], t.shape(), axis)?;
+            Ok(match &t.storage {
+                Storage::F32(a) => Storage::F32(take(a, axis, &pos, ix.shape())?),
+                Storage::F64(a) => Storage::F64(take(a, axis, &pos, ix.shape())?),
+                Storage::I64(a) => Storage::I64(take(a, axis, &pos, ix.shape())?),
+                Storage::Bool(a) => Storage::Bool(take(a, axis, &pos, ix.shape())?),
+                Storage::Gpu(_) => return Err(TensorError::internal("a GPU tensor past the check")),
+            })
+        }
+        TOp::ScatterAdd(_, shape) => {
+            let pos = positions(ix, shape[axis], shape, axis)?;
+            Ok(match &t.storage {
+                Storage::F64(a) => Storage::F64(scatter_add(a, axis, &pos, shape)?),
+                _ => {
+                    let g = t.astype(crate::DType::F32)?;
+                    let a = g.cpu().ok_or_else(|| TensorError::internal("scatter-add: not float32"))?;
+                    Storage::F32(scatter_add(a, axis, &pos, shape)?)
+                }
+            })
+        }
+        other => Err(TensorError::internal(format!("{} is not an indexing operation", other.name()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_and_its_adjoint_as_numpy() {
+        // np.take(np.arange(6).reshape(2, 3), [[2, -3]], axis=1) is [[[2, 0]], [[5, 3]]].
+        let t = ArrayD::from_shape_vec(IxDyn(&[2, 3]), (0..6).collect::<Vec<i64>>()).unwrap();
+        let ix = ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![2i64, -3]).unwrap();
+        let pos = positions(&ix, 3, &[2, 3], 1).unwrap();
+        let r = take(&t, 1, &pos, ix.shape()).unwrap();
+        assert_eq!(r.shape(), &[2, 1, 2]);
+        assert_eq!(r.iter().copied().collect::<Vec<_>>(), vec![2, 0, 5, 3]);
+        let g = ArrayD::from_elem(IxDyn(&[2, 1, 2]), 1.0f64);
+        let s = scatter_add(&g, 1, &[0, 0], &[2, 3]).unwrap();
+        assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![2.0, 0.0, 0.0, 2.0, 0.0, 0.0]);
+        assert!(positions(&ix, 2, &[2, 2], 1).is_err());
+    }
+}

@@ -1,0 +1,238 @@
+//! The tensor operations of LANGUAGE.md "Tensors, continued" (masks, reductions, shapes and
+//! indexing), checked against independent oracles:
+//! - values against NumPy (ties, NaN, int64 and bool operands, negative axes);
+//! - gradients in float64 against central finite differences of the same function written
+//!   with NumPy, of `L x = sum (sin (OP x))` (every output element weighted differently);
+//! - second order (`grad` of a gradient's inner product with v) against JAX in float64;
+//! - `jvp` against `grad` (the directional derivative equals ⟨grad, v⟩).
+//!
+//! The GPU side is in tests/gpu.rs (`gpu_masks_reductions_and_indexing`), error texts in the
+//! snapshots of tests/programs/errors/tensor_ops_*.dp.
+
+use crate::golden::numbers;
+use crate::run::run_ok;
+use std::process::Command;
+
+/// The inputs, as dp and as NumPy: dyadic values, so float32 literals convert to float64
+/// exactly; `x` and `y` have no ties (finite differences are defined everywhere used).
+const DP_INPUTS: &str = r#"
+let x = astype "float64" (tensor [[0.5, -1.25, 2.0], [1.75, -0.25, 3.0]])
+let y = astype "float64" (tensor [1.0, -0.5, 2.5])
+let v = astype "float64" (tensor [[1.0, -0.5, 0.25], [0.75, 2.0, -1.5]])
+let t = tensor [[1.0, 0.0 / 0.0, 2.0], [2.0, 2.0, -1.0]]
+let i = tensor [[3, -7, 3], [16777217, 1, 0]]
+let b = tensor [true, false, true]
+let z = astype "float64" (zeros [1])
+"#;
+
+const NP_INPUTS: &str = r#"
+import numpy
+def helpers(np):
+    def softmax_axis(x, a):
+        e = np.exp(x - np.max(x, axis=a, keepdims=True))
+        return e / np.sum(e, axis=a, keepdims=True)
+    def log_softmax_axis(x, a):
+        s = x - np.max(x, axis=a, keepdims=True)
+        return s - np.log(np.sum(np.exp(s), axis=a, keepdims=True))
+    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis)
+np = numpy
+x = np.array([[0.5, -1.25, 2.0], [1.75, -0.25, 3.0]])
+y = np.array([1.0, -0.5, 2.5])
+v = np.array([[1.0, -0.5, 0.25], [0.75, 2.0, -1.5]])
+t = np.array([[1.0, np.nan, 2.0], [2.0, 2.0, -1.0]], dtype=np.float32)
+i = np.array([[3, -7, 3], [16777217, 1, 0]], dtype=np.int64)
+b = np.array([True, False, True])
+z = np.zeros(1)
+def show(r):
+    print(' '.join(repr(float(e)) for e in np.ravel(np.asarray(r, dtype=np.float64))))
+"#;
+
+/// (dp expression giving a Tensor, the NumPy expression of its value).
+const VALUES: &[(&str, &str)] = &[
+    ("less x y", "x < y"),
+    ("less_equal t 2.0", "t <= 2.0"),
+    ("greater 0.0 x", "0.0 > x"),
+    ("greater_equal t (tensor [2.0])", "t >= 2.0"),
+    ("equal t (tensor [[2.0], [2.0]])", "t == 2.0"),
+    ("not_equal t t", "t != t"),
+    ("less i (tensor [3, 3, 3])", "i < 3"),
+    ("equal i (tensor [16777216])", "i == 16777216"),
+    ("logical_and (greater x 0.0) b", "np.logical_and(x > 0, b)"),
+    ("logical_or b (less x 0.0)", "np.logical_or(b, x < 0)"),
+    ("logical_not (tensor [0.0, 2.0, 0.0 / 0.0])", "np.logical_not(np.array([0.0, 2.0, np.nan]))"),
+    ("logical_not i", "np.logical_not(i)"),
+    ("where (greater x 0.0) x (y * 10.0)", "np.where(x > 0, x, y * 10)"),
+    ("where b (tensor [0.0 / 0.0, 1.0, 0.0 / 0.0]) (tensor [5.0])", "np.where(b, [np.nan, 1.0, np.nan], 5.0)"),
+    ("where (tensor [1, 0, 2]) i (tensor [9, 9, 9])", "np.where([1, 0, 2], i, 9)"),
+    ("clip 0.3 1.9 x", "np.clip(x, 0.3, 1.9)"),
+    ("clip 2.0 1.0 x", "np.clip(x, 2.0, 1.0)"),
+    ("clip 1.5 1.75 t", "np.clip(t, np.float32(1.5), np.float32(1.75))"),
+    ("tensor [if any (less x (-1.0)) then 1.0 else 0.0, if all b then 1.0 else 0.0]", "[np.any(x < -1), np.all(b)]"),
+    ("tensor [if any (zeros [0]) then 1.0 else 0.0, if all (zeros [0]) then 1.0 else 0.0]", "[False, True]"),
+    ("max_of x y", "np.maximum(x, y)"),
+    ("min_of t 1.5", "np.minimum(t, np.float32(1.5))"),
+    ("max_of 1.0 t", "np.maximum(np.float32(1.0), t)"),
+    ("max_of i (tensor [2, 2, 2])", "np.maximum(i, 2)"),
+    ("tensor [min x, float (argmin x), float (argmin (tensor [2.0, 1.0, 1.0]))]", "[np.min(x), np.argmin(x), 1]"),
+    ("tensor [min t, float (argmin t)]", "[np.min(t), np.argmin(t)]"),
+    ("max_axis x 1", "np.max(x, axis=1)"),
+    ("max_axis t 1", "np.max(t, axis=1)"),
+    ("min_axis x (-2)", "np.min(x, axis=-2)"),
+    ("argmax_axis t 0", "np.argmax(t, axis=0)"),
+    ("argmax_axis t (-1)", "np.argmax(t, axis=-1)"),
+    ("argmin_axis x 1", "np.argmin(x, axis=1)"),
+    ("argmin_axis i 0", "np.argmin(i, axis=0)"),
+    ("cumsum x 1", "np.cumsum(x, axis=1)"),
+    ("cumsum x (-2)", "np.cumsum(x, axis=-2)"),
+    ("softmax_axis x 0", "softmax_axis(x, 0)"),
+    ("softmax_axis (x * 300.0) 1", "softmax_axis(x * 300, 1)"),
+    ("log_softmax_axis (x * 300.0) 0", "log_softmax_axis(x * 300, 0)"),
+    ("log_softmax_axis x (-1)", "log_softmax_axis(x, -1)"),
+    ("tensor [var x, var (tensor [1.0, 2.0, 4.0])]", "[np.var(x), np.var(np.float32([1, 2, 4]))]"),
+    ("tensor [sum i, mean i, max i, sum b, mean b]", "[np.sum(i), np.mean(i), np.max(i), np.sum(b), np.mean(b)]"),
+    ("expand_dims x 1", "np.expand_dims(x, 1)"),
+    ("tensor (map float (shape (expand_dims x (-1))))", "np.expand_dims(x, -1).shape"),
+    ("tensor (map float (shape (squeeze (tensor [[1.0], [2.0]]) (-1))))", "np.squeeze(np.ones((2, 1)), -1).shape"),
+    ("stack 1 [x, v]", "np.stack([x, v], axis=1)"),
+    ("stack (-1) [y, y]", "np.stack([y, y], axis=-1)"),
+    ("broadcast_to y [2, 2, 3]", "np.broadcast_to(y, (2, 2, 3))"),
+    ("ravel x", "np.ravel(x)"),
+    ("gather x (tensor [[2, 0], [-1, 1]]) 1", "np.take(x, [[2, 0], [-1, 1]], axis=1)"),
+    ("gather i (tensor [1]) 0", "np.take(i, [1], axis=0)"),
+    ("tensor [get x [1, 2], get x [-1, -3], get (tensor 5.0) []]", "[x[1, 2], x[-1, -3], 5.0]"),
+];
+
+/// Runs the NumPy side: `body` prints lines (with `show`).
+fn numpy(body: &str, what: &str, modules: &[&str]) -> Option<Vec<String>> {
+    let python = crate::python::python_with(modules, what)?;
+    let script = format!("{NP_INPUTS}\n{body}");
+    let out = Command::new(&python).arg("-c").arg(&script).output().expect("run python");
+    assert!(out.status.success(), "python: {}\n--- script\n{script}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
+}
+
+fn agree(got: &[f64], want: &[f64], tol: f64) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0))
+}
+
+#[test]
+fn tensor_ops_values_agree_with_numpy() {
+    let body: String = VALUES.iter().map(|(_, np)| format!("show({np})\n")).collect();
+    let Some(want) =
+        numpy(&format!("globals().update(helpers(numpy))\n{body}"), "the tensor ops against NumPy", &["numpy"])
+    else {
+        return;
+    };
+    let mut src = DP_INPUTS.to_string();
+    for (dp, _) in VALUES {
+        src += &format!("let () = println (to_list ({dp}))\n");
+    }
+    let got = run_ok(&src);
+    assert_eq!(got.len(), VALUES.len(), "{got:?}");
+    let bad: Vec<String> = VALUES
+        .iter()
+        .zip(got.iter().zip(&want))
+        .filter(|(_, (g, w))| !agree(&numbers(g), &numbers(w), 1e-6))
+        .map(|((dp, np), (g, w))| format!("`{dp}`: dp {g}\n    NumPy `{np}`: {w}"))
+        .collect();
+    assert!(bad.is_empty(), "disagreements with NumPy:\n{}", bad.join("\n"));
+}
+
+/// (dp expression of a Tensor in `x`, the same in NumPy/JAX as `np`). A Float result is
+/// added to the float64 `z` (`full` would make a float32 tensor of it).
+const GRADS: &[(&str, &str)] = &[
+    ("max_of x y", "np.maximum(x, y)"),
+    ("max_of x 1.0", "np.maximum(x, 1.0)"),
+    ("min_of 0.3 x", "np.minimum(0.3, x)"),
+    ("clip 0.3 1.9 x", "np.clip(x, 0.3, 1.9)"),
+    ("where (greater x 0.0) (x * x) (x * 3.0)", "np.where(x > 0, x * x, x * 3.0)"),
+    ("where (less y 0.0) y x * x", "np.where(y < 0, y, x) * x"),
+    ("max_axis (x * x) 1", "np.max(x * x, axis=1)"),
+    ("min_axis x (-2)", "np.min(x, axis=-2)"),
+    ("cumsum (x * x) 1", "np.cumsum(x * x, axis=1)"),
+    ("cumsum x 0 * x", "np.cumsum(x, axis=0) * x"),
+    ("softmax_axis x 0", "softmax_axis(x, 0)"),
+    ("log_softmax_axis (x * x) 1", "log_softmax_axis(x * x, 1)"),
+    ("log_softmax_axis x 0", "log_softmax_axis(x, 0)"),
+    ("z + var (x * x)", "z + np.var(x * x)"),
+    ("z + min (x * x)", "z + np.min(x * x)"),
+    ("expand_dims x 1 * 2.0", "np.expand_dims(x, 1) * 2.0"),
+    ("squeeze (expand_dims (x * x) 0) 0", "x * x"),
+    ("stack 1 [x, x * x]", "np.stack([x, x * x], axis=1)"),
+    ("broadcast_to (row x 0) [4, 3] * broadcast_to (row x 1) [4, 3]", "np.broadcast_to(x[0], (4, 3)) * x[1]"),
+    ("ravel x * ravel x", "np.ravel(x) * np.ravel(x)"),
+    ("gather x (tensor [[2, 0], [2, 2]]) 1 * 1.5", "np.take(x, np.array([[2, 0], [2, 2]]), axis=1) * 1.5"),
+    ("gather (x * x) (tensor [1, 1, 0]) 0", "np.take(x * x, np.array([1, 1, 0]), axis=0)"),
+    ("z + get x [1, -1] * get x [0, 1]", "z + x[1, -1] * x[0, 1]"),
+];
+
+#[test]
+fn tensor_ops_gradients_match_finite_differences_and_jax_second_order() {
+    let cases: String = GRADS.iter().map(|(_, np)| format!("    {np:?},\n")).collect();
+    let body = format!(
+        r#"
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+N, J = helpers(numpy), helpers(jnp)
+h = 1e-6
+for expr in [
+{cases}]:
+    L = lambda x: numpy.sum(numpy.sin(eval(expr, dict(N, x=x, y=y, z=z))))
+    g = numpy.zeros_like(x)
+    for k in numpy.ndindex(x.shape):
+        e = numpy.zeros_like(x); e[k] = h
+        g[k] = (L(x + e) - L(x - e)) / (2 * h)
+    show(g)
+    LJ = lambda x: jnp.sum(jnp.sin(eval(expr, dict(J, x=x, y=y, z=z))))
+    show(jax.grad(lambda x: jnp.sum(jax.grad(LJ)(x) * v))(x))
+"#
+    );
+    let Some(want) = numpy(&body, "tensor-op gradients against NumPy and JAX", &["numpy", "jax"]) else { return };
+    let mut src = DP_INPUTS.to_string();
+    for (dp, _) in GRADS {
+        src += &format!(
+            "let () = let l = fun x -> sum (sin ({dp})) in \
+             (println (to_list (grad l x)); \
+              println (to_list (grad (fun x -> sum (grad l x * v)) x)); \
+              println (snd (jvp l x v), sum (grad l x * v)))\n"
+        );
+    }
+    let got = run_ok(&src);
+    assert_eq!(got.len(), 3 * GRADS.len(), "{got:?}");
+    let mut bad = Vec::new();
+    for (k, (dp, _)) in GRADS.iter().enumerate() {
+        let (g, hv, jv) = (numbers(&got[3 * k]), numbers(&got[3 * k + 1]), numbers(&got[3 * k + 2]));
+        let (fd, jax_hv) = (numbers(&want[2 * k]), numbers(&want[2 * k + 1]));
+        if !agree(&g, &fd, 1e-6) {
+            bad.push(format!("`{dp}`: grad {g:?}, finite differences {fd:?}"));
+        }
+        if !agree(&hv, &jax_hv, 1e-9) {
+            bad.push(format!("`{dp}`: second order {hv:?}, JAX {jax_hv:?}"));
+        }
+        // 1e-7, not float64's 1e-12: a Float's tangent broadcast against a tensor (`t - mean t`
+        // in `var`) is made a float32 tensor by the forward mode of arithmetic (src/ad/mod.rs,
+        // BroadcastTo of a Float), which this slice leaves alone.
+        if jv.len() != 2 || !agree(&jv[..1], &jv[1..], 1e-7) {
+            bad.push(format!("`{dp}`: jvp and ⟨grad, v⟩ differ: {jv:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The tie rules, against values JAX gives (`jax.grad(lambda x: jnp.maximum(x, 1.0))(1.0)` is
+/// 0.5, and so is `jnp.clip`'s at either bound); a NaN result passes nothing back, as JAX's.
+#[test]
+fn tensor_ops_ties_split_as_jax_does() {
+    let got = run_ok(
+        "let () = println (to_list (grad (fun x -> sum (max_of x (tensor [1.0, 1.0, 5.0]))) (tensor [1.0, 2.0, 3.0])))\n\
+         let () = println (to_list (grad (fun x -> sum (clip 1.0 3.0 x)) (tensor [0.0, 1.0, 2.0, 3.0, 4.0])))\n\
+         let () = println (to_list (grad (fun x -> sum (min_of x 2.0)) (tensor [0.0 / 0.0, 2.0])))\n\
+         let () = println (to_list (grad (fun x -> sum (max_axis x 1)) (tensor [[1.0, 3.0, 3.0], [2.0, 0.0, 1.0]])))\n\
+         let () = println (to_list (grad (fun x -> sum (where (greater x 0.0) (sqrt (relu x)) (x * 0.0))) (tensor [4.0, -1.0])))\n",
+    );
+    assert_eq!(
+        got,
+        ["[0.5, 1.0, 0.0]", "[0.0, 0.5, 1.0, 0.5, 0.0]", "[0.0, 0.5]", "[0.0, 0.5, 0.5, 1.0, 0.0, 0.0]", "[0.25, 0.0]",]
+    );
+}
