@@ -107,6 +107,10 @@ pub enum B {
     ProgressFinish,
     Plot,
     PlotWith,
+    // products and convolutions (issue 14)
+    Einsum,
+    Conv2dWith,
+    AvgPool2d,
 }
 
 /// `(name, implementation, type)`; a type may start with `Num a, Diff b =>` constraints.
@@ -224,6 +228,10 @@ pub const TABLE: &[(&str, B, &str)] = &[
         B::PlotWith,
         "{ title : String, xlabel : String, ylabel : String, log_y : Bool } -> String -> List (String, List Float) -> Unit",
     ),
+    // products and convolutions (issue 14): src/eval/builtins/einsum.rs, src/eval/builtins/tensor.rs
+    ("einsum", B::Einsum, "String -> List Tensor -> Tensor"),
+    ("conv2d_with", B::Conv2dWith, "Int -> Int -> Tensor -> Tensor -> Tensor"),
+    ("avg_pool2d", B::AvgPool2d, "Int -> Tensor -> Tensor"),
 ];
 
 /// The most arguments any builtin takes.

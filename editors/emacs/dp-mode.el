@@ -67,7 +67,8 @@
     "sum" "mean" "max" "sum_axis" "mean_axis" "argmax" "softmax" "log_softmax"
     "logsumexp" "item" "to_list" "to_device" "dtype" "astype" "conv2d" "max_pool2d" "tree_add" "tree_sub"
     "tree_mul" "tree_div" "tree_scale" "tree_add_scalar" "tree_sqrt" "tree_clip" "tree_zeros" "tree_sum_squares"
-    "progress_start" "progress_tick" "progress_finish" "plot")
+    "progress_start" "progress_tick" "progress_finish" "plot"
+    "einsum" "conv2d_with" "avg_pool2d")
   "The built-in values of dp (BUILTINS in src/syntax/keywords.rs).")
 
 (defconst dp-type-names

@@ -32,6 +32,7 @@ syn keyword dpBuiltin pi infinity nan is_nan
 syn keyword dpBuiltin tensor zeros ones full arange randn uniform load_npy save_npy read_csv load_csv save_params load_params load_npz save_npz plot_with shape
 syn keyword dpBuiltin reshape transpose concat slice row onehot sum mean max sum_axis
 syn keyword dpBuiltin mean_axis argmax softmax log_softmax logsumexp item to_list to_device dtype astype conv2d max_pool2d
+syn keyword dpBuiltin einsum conv2d_with avg_pool2d
 syn keyword dpBuiltin tree_add tree_sub tree_mul tree_div tree_scale tree_add_scalar tree_sqrt tree_clip tree_zeros tree_sum_squares
 syn keyword dpBuiltin progress_start progress_tick progress_finish plot
 

@@ -1,11 +1,13 @@
 //! The language's builtins that are functions of their arguments (no transfer of control; the
 //! machine itself does `reset`, `shift`, `catch`, `grad`, `jvp` and `exit`), one module per
 //! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
-//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tree`
+//! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `einsum` (its
+//! spec, lowered to products, sums and axis moves), `tree`
 //! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
 //! `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
 
 pub mod csv;
+pub mod einsum;
 pub mod files;
 pub mod io;
 pub mod numbers;
@@ -93,7 +95,10 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Dtype
         | B::Astype
         | B::Conv2d
-        | B::MaxPool2d => tensor::call(m, b, arg),
+        | B::MaxPool2d
+        | B::Conv2dWith
+        | B::AvgPool2d => tensor::call(m, b, arg),
+        B::Einsum => einsum::call(m, arg),
         other => Err(Fault::internal(format!("{other:?} is not a builtin of this table"))),
     }
 }
