@@ -9,7 +9,7 @@
 
 use crate::golden::numbers;
 use crate::run::{run_dp, run_ok, temp_path};
-use crate::tensors::{case, check_cases, t, Case, Rng, A};
+use crate::tensors::{case, check_cases, conv2d_with, t, Case, Rng, A};
 use ndarray::IxDyn;
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -83,35 +83,6 @@ fn matmul(a: &A, b: &A) -> A {
         shape.push(n);
     }
     y.into_shape_with_order(IxDyn(&shape)).unwrap()
-}
-
-/// Convolution with a stride and zero padding (PyTorch's conv2d), by its definition.
-fn conv2d_with(s: usize, p: usize, x: &A, w: &A) -> A {
-    let (xs, ws) = (x.shape(), w.shape());
-    let (n, c, h, wd, o, kh, kw) = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3]);
-    let (oh, ow) = ((h + 2 * p - kh) / s + 1, (wd + 2 * p - kw) / s + 1);
-    let mut out = A::zeros(IxDyn(&[n, o, oh, ow]));
-    for b in 0..n {
-        for f in 0..o {
-            for y in 0..oh {
-                for z in 0..ow {
-                    let mut acc = 0.0;
-                    for ch in 0..c {
-                        for i in 0..kh {
-                            for j in 0..kw {
-                                let (r, q) = ((y * s + i) as isize - p as isize, (z * s + j) as isize - p as isize);
-                                if r >= 0 && q >= 0 && (r as usize) < h && (q as usize) < wd {
-                                    acc += x[[b, ch, r as usize, q as usize]] * w[[f, ch, i, j]];
-                                }
-                            }
-                        }
-                    }
-                    out[[b, f, y, z]] = acc;
-                }
-            }
-        }
-    }
-    out
 }
 
 /// k×k mean pooling with stride k (a partial last window dropped).

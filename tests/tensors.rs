@@ -197,9 +197,14 @@ fn concat(axis: usize, xs: &[A]) -> A {
 
 /// Valid, stride-1 convolution: x [N, C, H, W], w [O, C, KH, KW] -> [N, O, H-KH+1, W-KW+1].
 fn conv2d(x: &A, w: &A) -> A {
+    conv2d_with(1, 0, x, w)
+}
+
+/// Convolution with a stride and zero padding (PyTorch's conv2d), by its definition.
+pub(crate) fn conv2d_with(s: usize, p: usize, x: &A, w: &A) -> A {
     let (xs, ws) = (x.shape(), w.shape());
     let (n, c, h, wd, o, kh, kw) = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3]);
-    let (oh, ow) = (h - kh + 1, wd - kw + 1);
+    let (oh, ow) = ((h + 2 * p - kh) / s + 1, (wd + 2 * p - kw) / s + 1);
     let mut out = A::zeros(IxDyn(&[n, o, oh, ow]));
     for b in 0..n {
         for f in 0..o {
@@ -209,7 +214,10 @@ fn conv2d(x: &A, w: &A) -> A {
                     for ch in 0..c {
                         for i in 0..kh {
                             for j in 0..kw {
-                                acc += x[[b, ch, y + i, z + j]] * w[[f, ch, i, j]];
+                                let (r, q) = ((y * s + i) as isize - p as isize, (z * s + j) as isize - p as isize);
+                                if r >= 0 && q >= 0 && (r as usize) < h && (q as usize) < wd {
+                                    acc += x[[b, ch, r as usize, q as usize]] * w[[f, ch, i, j]];
+                                }
                             }
                         }
                     }

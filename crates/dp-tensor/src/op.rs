@@ -221,6 +221,17 @@ pub fn matmul_shape(xs: &[usize], ys: &[usize]) -> TResult<Vec<usize>> {
     Ok(out)
 }
 
+/// An operand of `@` as a stack of matrices: (batch axes, rows, columns). A vector is one row
+/// on the left (`left`) and one column on the right.
+pub fn as_stack(s: &[usize], left: bool) -> (Vec<usize>, usize, usize) {
+    match s.len() {
+        0 => (vec![], 1, 1),
+        1 if left => (vec![], 1, s[0]),
+        1 => (vec![], s[0], 1),
+        r => (s[..r - 2].to_vec(), s[r - 2], s[r - 1]),
+    }
+}
+
 /// A pooling window's shape rule (`max_pool2d`, `avg_pool2d`).
 pub fn check_pool(what: &str, k: usize, s: &[usize]) -> TResult<()> {
     if k == 0 {

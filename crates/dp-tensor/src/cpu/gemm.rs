@@ -41,16 +41,7 @@ pub fn gemm_serial(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32
 /// `alone` true (each may split itself: `gemm`). Batching this way packs nothing twice and
 /// allocates nothing per item.
 pub fn for_each_product(items: usize, flops_each: f64, work: &(dyn Fn(usize, bool) + Sync)) {
-    let threads = max_threads();
-    let flops = if force_parallel() { f64::INFINITY } else { flops_each * items as f64 };
-    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
-    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
-        1
-    } else if wake {
-        threads
-    } else {
-        1 + pool::awake(threads - 1)
-    };
+    let (want, wake) = threads_for(flops_each * items as f64, max_threads());
     let spread = want > 1 && items >= 2 && (items >= want || flops_each < PAR_MIN_FLOPS_ASLEEP);
     if !spread {
         for i in 0..items {
@@ -426,6 +417,21 @@ fn run_packed_as_is<K: Kernel>(p: Problem, threads: usize) {
     split(p, threads, split_n, K::NR, K::MR, packed_block::<K>);
 }
 
+/// How many threads (of at most `threads`) work of `flops` flops should use, and whether it is
+/// worth waking sleeping workers for (see `PAR_MIN_FLOPS_AWAKE`).
+fn threads_for(flops: f64, threads: usize) -> (usize, bool) {
+    let flops = if force_parallel() { f64::INFINITY } else { flops };
+    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
+    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
+        1
+    } else if wake {
+        threads
+    } else {
+        1 + pool::awake(threads - 1)
+    };
+    (want, wake)
+}
+
 /// Runs `body` over C on up to `threads` threads, each chunk a range of whole `step_n`-column
 /// (if `split_n`) or `step_m`-row blocks; falls back to the other dimension when the chosen one
 /// has too few blocks. How many threads depends on the size of the product (see
@@ -438,16 +444,7 @@ fn split(
     step_m: usize,
     body: fn(&Problem, Range<usize>, Range<usize>),
 ) {
-    let flops = 2.0 * p.m as f64 * p.n as f64 * p.k as f64;
-    let flops = if force_parallel() { f64::INFINITY } else { flops };
-    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
-    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
-        1
-    } else if wake {
-        threads
-    } else {
-        1 + pool::awake(threads - 1)
-    };
+    let (want, wake) = threads_for(2.0 * p.m as f64 * p.n as f64 * p.k as f64, threads);
     let (n_blocks, m_blocks) = (p.n.div_ceil(step_n), p.m.div_ceil(step_m));
     let split_n = if n_blocks < want {
         false

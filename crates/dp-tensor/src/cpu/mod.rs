@@ -208,14 +208,7 @@ fn batch_index(own: &[usize], batch: &[usize]) -> Vec<usize> {
 fn batched_product<T: Real>(x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let (xs, ys) = (x.shape(), y.shape());
     let out_shape = crate::op::matmul_shape(xs, ys)?;
-    let split = |s: &[usize], vector_is_row: bool| -> (Vec<usize>, usize, usize) {
-        match s.len() {
-            1 if vector_is_row => (vec![], 1, s[0]),
-            1 => (vec![], s[0], 1),
-            r => (s[..r - 2].to_vec(), s[r - 2], s[r - 1]),
-        }
-    };
-    let ((bx, m, k), (by, _, n)) = (split(xs, true), split(ys, false));
+    let ((bx, m, k), (by, _, n)) = (crate::op::as_stack(xs, true), crate::op::as_stack(ys, false));
     let batch = crate::broadcast_shape(&bx, &by)?;
     let (ix, iy) = (batch_index(&bx, &batch), batch_index(&by, &batch));
     let (xc, yc) = (x.as_standard_layout(), y.as_standard_layout());

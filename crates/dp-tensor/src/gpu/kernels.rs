@@ -248,14 +248,7 @@ fn gemm(a: &GpuTensor, b: &GpuTensor, p: Stack, shape: Vec<usize>) -> TResult<Gp
 pub fn matmul(a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     let (sa, sb) = (&a.shape, &b.shape);
     let shape = crate::op::matmul_shape(sa, sb)?;
-    let split = |s: &[usize], vector_is_row: bool| -> (Vec<usize>, usize, usize) {
-        match s.len() {
-            1 if vector_is_row => (vec![], 1, s[0]),
-            1 => (vec![], s[0], 1),
-            r => (s[..r - 2].to_vec(), s[r - 2], s[r - 1]),
-        }
-    };
-    let ((ba, m, k), (bb, _, n)) = (split(sa, true), split(sb, false));
+    let ((ba, m, k), (bb, _, n)) = (crate::op::as_stack(sa, true), crate::op::as_stack(sb, false));
     let batch_shape = broadcast_shape(&ba, &bb)?;
     let batch: usize = batch_shape.iter().product();
     // Each operand as a stack of `batch` matrices, or one matrix for all (stride 0).
