@@ -13,6 +13,10 @@
 #   DATA=dir       make_data.py's output for W2–W5 (default /tmp/bench-data; W2–W5 are
 #                  skipped when it is missing)
 #   ONLY="a b"     a subset of the program names below
+#   CLOCK=cpu      time the process's user + system CPU seconds instead of its wall time
+#                  (GNU time): on a machine shared with other work, CPU time moves far less
+#                  with the load than wall time does (single-threaded programs; W2/W5's
+#                  threaded products then count every thread's time)
 #
 # Whole-process times include start-up, checking and each program's warm-up, the same work
 # for both binaries: ratios are what this measures, not per-step times (the w*/run.sh
@@ -40,6 +44,11 @@ PROGRAMS=(
 once() {   # binary program args... -> "seconds last-line"
     local bin=$1 t0 t1 out
     shift
+    if [ "${CLOCK:-wall}" = cpu ]; then
+        out=$(/usr/bin/time -f "%U %S" -o /tmp/compare.time "$bin" run "$@" 2>/dev/null | tail -1) || out="FAILED"
+        echo "$(awk '{ printf "%.4f", $1 + $2 }' /tmp/compare.time) $out"
+        return
+    fi
     t0=$(date +%s.%N)
     out=$("$bin" run "$@" 2>/dev/null | tail -1) || out="FAILED"
     t1=$(date +%s.%N)

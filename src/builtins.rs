@@ -111,6 +111,14 @@ pub enum B {
     Einsum,
     Conv2dWith,
     AvgPool2d,
+    Key,
+    SplitKey,
+    SplitKeys,
+    Normal,
+    UniformKey,
+    Randint,
+    Permutation,
+    Bernoulli,
 }
 
 /// `(name, implementation, type)`; a type may start with `Num a, Diff b =>` constraints.
@@ -175,6 +183,15 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("arange", B::Arange, "Int -> Tensor"),
     ("randn", B::Randn, "Int -> List Int -> Tensor"),
     ("uniform", B::Uniform, "Int -> Float -> Float -> List Int -> Tensor"),
+    // keyed random numbers, JAX's scheme: src/eval/builtins/random.rs
+    ("key", B::Key, "Int -> Key"),
+    ("split_key", B::SplitKey, "Key -> (Key, Key)"),
+    ("split_keys", B::SplitKeys, "Key -> Int -> List Key"),
+    ("normal", B::Normal, "Key -> List Int -> Tensor"),
+    ("uniform_key", B::UniformKey, "Key -> Float -> Float -> List Int -> Tensor"),
+    ("randint", B::Randint, "Key -> Int -> Int -> List Int -> Tensor"),
+    ("permutation", B::Permutation, "Key -> Int -> Tensor"),
+    ("bernoulli", B::Bernoulli, "Key -> Float -> List Int -> Tensor"),
     ("load_npy", B::LoadNpy, "String -> Tensor"),
     ("save_npy", B::SaveNpy, "String -> Tensor -> Unit"),
     ("read_csv", B::ReadCsv, "String -> List (List String)"),

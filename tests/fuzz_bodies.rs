@@ -24,7 +24,7 @@ impl Rng {
 }
 
 /// Bytes that matter to the formats: quotes, separators, line breaks, digits, signs, the
-/// `.npy` magic and header punctuation.
+/// `.npy` magic and header punctuation, ZIP record signatures, safetensors header keys.
 const INTERESTING: &[&[u8]] = &[
     b"\"",
     b",",
@@ -47,6 +47,15 @@ const INTERESTING: &[&[u8]] = &[
     b"\x00",
     b"\x01",
     b"\xff\xff\xff\xff",
+    b"PK\x03\x04",
+    b"PK\x01\x02",
+    b"PK\x05\x06",
+    b"\x08\x00",
+    b"\"dtype\":\"F64\"",
+    b"\"shape\":[",
+    b"\"data_offsets\":[0,",
+    b"\"__metadata__\"",
+    b"BF16",
 ];
 
 fn mutate(rng: &mut Rng, seed: &[u8], seeds: &[Vec<u8>]) -> Vec<u8> {

@@ -18,6 +18,7 @@ mod lsp;
 mod plots;
 mod products;
 mod python;
+mod random;
 mod repl;
 mod run;
 mod session;

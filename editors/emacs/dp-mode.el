@@ -62,7 +62,7 @@
     "string_length" "substring" "chars" "concat_strings" "split"
     "sin" "cos" "tan" "exp" "log" "sqrt" "tanh" "sigmoid" "relu" "abs" "floor" "ceil"
     "pi" "infinity" "nan" "is_nan"
-    "tensor" "zeros" "ones" "full" "arange" "randn" "uniform" "load_npy"
+    "tensor" "zeros" "ones" "full" "arange" "randn" "uniform" "key" "split_key" "split_keys" "normal" "uniform_key" "randint" "permutation" "bernoulli" "load_npy"
     "save_npy" "read_csv" "load_csv" "save_params" "load_params" "load_npz" "save_npz" "plot_with" "shape" "reshape" "transpose" "concat" "slice" "row" "onehot"
     "sum" "mean" "max" "sum_axis" "mean_axis" "argmax" "softmax" "log_softmax"
     "logsumexp" "item" "to_list" "to_device" "dtype" "astype" "conv2d" "max_pool2d" "tree_add" "tree_sub"
@@ -72,7 +72,7 @@
   "The built-in values of dp (BUILTINS in src/syntax/keywords.rs).")
 
 (defconst dp-type-names
-  '("Int" "Float" "Bool" "String" "Unit" "Tensor" "List" "Ref")
+  '("Int" "Float" "Bool" "String" "Unit" "Tensor" "Key" "List" "Ref")
   "The built-in type names of dp (TYPE_NAMES in src/syntax/keywords.rs).")
 
 ;;;; Faces

@@ -16,7 +16,13 @@ use std::io::Write;
 /// A target's name (also its seed directory and binary) and its body.
 pub type Target = (&'static str, fn(&[u8]));
 
-pub const TARGETS: &[Target] = &[("load_npy", load_npy), ("read_csv", read_csv), ("load_csv", load_csv)];
+pub const TARGETS: &[Target] = &[
+    ("load_npy", load_npy),
+    ("read_csv", read_csv),
+    ("load_csv", load_csv),
+    ("load_npz", load_npz),
+    ("load_params", load_params),
+];
 
 /// Inputs larger than this are skipped: the formats' interesting structure is small.
 pub const MAX_LEN: usize = 1 << 16;
@@ -25,6 +31,40 @@ pub const MAX_LEN: usize = 1 << 16;
 pub fn load_npy(data: &[u8]) {
     through_file(data, "npy", |path| {
         let _ = dp::tensor::npy::load(path);
+    });
+}
+
+/// `load_npz` on the bytes as a file: every member it returns is a whole tensor.
+pub fn load_npz(data: &[u8]) {
+    through_file(data, "npz", |path| {
+        if let Ok(members) = dp::tensor::npz::load(path) {
+            for (_, t) in members {
+                assert_eq!(t.to_f64s().len(), t.shape().iter().product::<usize>());
+            }
+        }
+    });
+}
+
+/// `load_params` on the bytes as a file, against the template `(0.0, zeros [2, 3], [zeros [2]])`
+/// (leaves `0`, `1`, `2.0`; the seeds are files with those names), and the safetensors reader
+/// on every entry of whatever header parses, so entries the template does not name are read too.
+pub fn load_params(data: &[u8]) {
+    use dp::runtime::value::Value;
+    through_file(data, "safetensors", |path| {
+        let zeros = |s: &[usize]| Value::Tensor(std::rc::Rc::new(dp::tensor::Tensor::zeros(s)));
+        let template = Value::Tuple(std::rc::Rc::new(vec![
+            Value::Float(0.0),
+            zeros(&[2, 3]),
+            Value::list([zeros(&[2])].into_iter()),
+        ]));
+        let mut args = vec![template, Value::Str(std::rc::Rc::new(path.to_string()))];
+        let _ = dp::eval::builtins::files::call(dp::builtins::B::LoadParams, &mut || args.pop().unwrap_or_default());
+        if let Ok(file) = dp::tensor::safetensors::read(path) {
+            for e in &file.entries {
+                let _ = file.tensor(e);
+                let _ = file.scalar(e);
+            }
+        }
     });
 }
 

@@ -69,6 +69,14 @@ pub const BUILTINS: &[&str] = &[
     "arange",
     "randn",
     "uniform",
+    "key",
+    "split_key",
+    "split_keys",
+    "normal",
+    "uniform_key",
+    "randint",
+    "permutation",
+    "bernoulli",
     "load_npy",
     "save_npy",
     "read_csv",
@@ -124,4 +132,4 @@ pub const BUILTINS: &[&str] = &[
 ];
 
 /// Built-in type names.
-pub const TYPE_NAMES: &[&str] = &["Int", "Float", "Bool", "String", "Unit", "Tensor", "List", "Ref"];
+pub const TYPE_NAMES: &[&str] = &["Int", "Float", "Bool", "String", "Unit", "Tensor", "Key", "List", "Ref"];

@@ -228,9 +228,17 @@ impl Default for Checker {
 impl Checker {
     pub fn new() -> Checker {
         let mut c = Checker::default();
-        for (n, a) in
-            [("Int", 0), ("Float", 0), ("Bool", 0), ("String", 0), ("Unit", 0), ("Tensor", 0), ("List", 1), ("Ref", 1)]
-        {
+        for (n, a) in [
+            ("Int", 0),
+            ("Float", 0),
+            ("Bool", 0),
+            ("String", 0),
+            ("Unit", 0),
+            ("Tensor", 0),
+            ("Key", 0),
+            ("List", 1),
+            ("Ref", 1),
+        ] {
             c.types.insert(n.into(), TypeInfo { arity: a, body: TypeBodyInfo::Builtin });
             c.declared.insert(n.into(), 1);
         }

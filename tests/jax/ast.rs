@@ -138,7 +138,9 @@ pub fn print_scalar(e: &S, dp: bool, vars: usize) -> String {
         // JAX: an integral exponent as a Python int is lax.integer_pow (whose rule has no
         // 0 · inf at 0; dp's `**` selects the same zero), a half as a float.
         S::PowC(a, c) if !dp && c.fract() == 0.0 => format!("({} ** {})", p(a), *c as i64),
-        S::PowC(a, c) => format!("({} ** {})", p(a), lit(*c, dp)),
+        S::PowC(a, c) if dp => format!("({} ** {})", p(a), lit(*c, dp)),
+        // Through jnp: Python's own `**` makes a complex number of a negative constant ** 0.5.
+        S::PowC(a, c) => format!("jnp.power(_f({}), {})", p(a), lit(*c, dp)),
         S::CPow(c, a) => format!("({} ** {})", lit(*c, dp), p(a)),
         S::If(q) => {
             let [a, b, c, d] = &**q;

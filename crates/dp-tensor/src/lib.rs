@@ -16,6 +16,7 @@ pub mod npy;
 pub mod npz;
 pub mod op;
 pub mod ops;
+pub mod random;
 pub mod safetensors;
 
 pub use dtype::{DType, Real};

@@ -154,7 +154,18 @@ pub fn convert(descr: &str, shape: &[usize], data: &[u8], what: &str) -> TResult
     let Some(size) = n.and_then(|n| n.checked_mul(width)).filter(|&s| s <= data.len()) else {
         return Err(format!("`{path}` is truncated: the shape {shape:?} needs more data than it holds").into());
     };
-    let elements = data[..size].chunks_exact(width);
+    let data = &data[..size];
+    let elements = data.chunks_exact(width);
+    // The common cases — a dtype dp holds, in this machine's byte order — are one copy
+    // (`pod_collect_to_vec` also copes with data that is not aligned in the file).
+    if big == cfg!(target_endian = "big") {
+        match kind {
+            Kind::Float(4) => return Tensor::from_vec(shape, bytemuck::pod_collect_to_vec(data)),
+            Kind::Float(8) => return Tensor::from_f64s(shape, bytemuck::pod_collect_to_vec(data)),
+            Kind::Signed(8) => return Tensor::from_i64s(shape, bytemuck::pod_collect_to_vec(data)),
+            _ => {}
+        }
+    }
     match kind {
         Kind::Bool => Tensor::from_bools(shape, elements.map(|b| b[0] != 0).collect()),
         Kind::Signed(_) => Tensor::from_i64s(shape, elements.map(|b| signed(b, big)).collect()),

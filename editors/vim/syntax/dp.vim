@@ -29,7 +29,7 @@ syn keyword dpBuiltin float int string_of_int string_of_float int_of_string floa
 syn keyword dpBuiltin string_length substring chars concat_strings split
 syn keyword dpBuiltin sin cos tan exp log sqrt tanh sigmoid relu abs floor ceil
 syn keyword dpBuiltin pi infinity nan is_nan
-syn keyword dpBuiltin tensor zeros ones full arange randn uniform load_npy save_npy read_csv load_csv save_params load_params load_npz save_npz plot_with shape
+syn keyword dpBuiltin tensor zeros ones full arange randn uniform key split_key split_keys normal uniform_key randint permutation bernoulli load_npy save_npy read_csv load_csv save_params load_params load_npz save_npz plot_with shape
 syn keyword dpBuiltin reshape transpose concat slice row onehot sum mean max sum_axis
 syn keyword dpBuiltin mean_axis argmax softmax log_softmax logsumexp item to_list to_device dtype astype conv2d max_pool2d
 syn keyword dpBuiltin einsum conv2d_with avg_pool2d
@@ -37,7 +37,7 @@ syn keyword dpBuiltin tree_add tree_sub tree_mul tree_div tree_scale tree_add_sc
 syn keyword dpBuiltin progress_start progress_tick progress_finish plot
 
 " ---- built-in type names (TYPE_NAMES), only inside types -----------------------------------
-syn keyword dpBuiltinType contained Int Float Bool String Unit Tensor List Ref
+syn keyword dpBuiltinType contained Int Float Bool String Unit Tensor Key List Ref
 
 " ---- operators and punctuation --------------------------------------------------------------
 syn match dpOperator "|>\|||\|&&\|::\|:=\|++\|\*\*\|->\|==\|!=\|<=\|>=\|[-+*/%@<>!|=]"

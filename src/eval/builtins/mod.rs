@@ -4,7 +4,7 @@
 //! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `einsum` (its
 //! spec, lowered to products, sums and axis moves), `tree`
 //! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
-//! `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
+//! `random` (keyed random numbers), `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
 
 pub mod csv;
 pub mod einsum;
@@ -13,6 +13,7 @@ pub mod io;
 pub mod numbers;
 pub mod plot;
 pub mod progress;
+pub mod random;
 pub mod strings;
 pub mod tensor;
 pub mod tree;
@@ -48,6 +49,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::ConcatStrings
         | B::Split => strings::call(b, arg),
         B::ReadCsv | B::LoadCsv => csv::call(b, arg),
+        B::Key
+        | B::SplitKey
+        | B::SplitKeys
+        | B::Normal
+        | B::UniformKey
+        | B::Randint
+        | B::Permutation
+        | B::Bernoulli => random::call(m, b, arg),
         B::ProgressStart | B::ProgressTick | B::ProgressFinish => progress::call(m, b, arg),
         B::Plot | B::PlotWith => plot::call(m, b, arg),
         B::SaveParams | B::LoadParams | B::LoadNpz | B::SaveNpz => files::call(b, arg),

@@ -13,7 +13,7 @@ use crate::tensor::op::{check_pool, Conv};
 use crate::tensor::{fmt_shape, gpu, npy, DType, Device, Rng, TOp, Tensor};
 
 /// A new tensor, on the default device (`--device`).
-fn new(t: Tensor) -> FResult<Value> {
+pub(super) fn new(t: Tensor) -> FResult<Value> {
     Ok(wrap(t.place()?))
 }
 
@@ -22,12 +22,12 @@ fn new_full(shape: &[usize], v: f32) -> FResult<Value> {
     Ok(wrap(Tensor::full_on(gpu::default_device()?, shape, v)?))
 }
 
-fn index(v: &Value, what: &str) -> FResult<usize> {
+pub(super) fn index(v: &Value, what: &str) -> FResult<usize> {
     let n = v.as_int()?;
     usize::try_from(n).map_err(|_| Fault::new(format!("{what} must not be negative (got {n})")))
 }
 
-fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
+pub(super) fn shape_arg(v: &Value) -> FResult<Vec<usize>> {
     let dims = v.iter_list().map(|d| index(d, "a dimension")).collect::<FResult<Vec<_>>>()?;
     checked_shape(dims)
 }
@@ -142,6 +142,25 @@ fn to_list_ad(m: &mut Machine, t: Value) -> FResult<Value> {
     Ok(Value::list(items.into_iter()))
 }
 
+/// Uniform numbers `values = lo + (hi - lo) · u` as a value that carries `lo`'s and `hi`'s
+/// perturbations: `values + dlo + (dhi - dlo) · u`, where `dlo = lo - (lo's value)` is 0
+/// carrying lo's perturbation — the same numbers, with ∂/∂lo = 1 - u and ∂/∂hi = u.
+pub(super) fn spread_uniform(m: &mut Machine, lo_v: Value, hi_v: Value, values: Tensor, u: Vec<f32>) -> FResult<Value> {
+    let values = new(values)?;
+    if !is_ad(&lo_v) && !is_ad(&hi_v) {
+        return Ok(values);
+    }
+    let shape = values.as_tensor()?.shape().to_vec();
+    let (lo, hi) = (lo_v.as_float()?, hi_v.as_float()?);
+    let dlo = m.prim2(Prim::Sub, lo_v, Value::Float(lo))?;
+    let dhi = m.prim2(Prim::Sub, hi_v, Value::Float(hi))?;
+    let u = new(Tensor::from_vec(&shape, u)?)?;
+    let span = m.prim2(Prim::Sub, dhi, dlo.clone())?;
+    let spread = m.prim2(Prim::Mul, span, u)?;
+    let shifted = m.prim2(Prim::Add, values, dlo)?;
+    m.prim2(Prim::Add, shifted, spread)
+}
+
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     Ok(match b {
         B::TensorOf => tensor_of(m, &arg())?,
@@ -173,20 +192,8 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let n = s.iter().product();
             let mut rng = Rng::new(seed as u64);
             let u: Vec<f64> = (0..n).map(|_| rng.uniform()).collect();
-            let values = new(Tensor::from_vec(&s, u.iter().map(|&u| (lo + (hi - lo) * u) as f32).collect())?)?;
-            if !is_ad(&lo_v) && !is_ad(&hi_v) {
-                values
-            } else {
-                // values + dlo + (dhi - dlo) · u, where dlo = lo - (lo's value) is 0 carrying
-                // lo's perturbation: the same numbers, with ∂/∂lo = 1 - u and ∂/∂hi = u.
-                let dlo = m.prim2(Prim::Sub, lo_v, Value::Float(lo))?;
-                let dhi = m.prim2(Prim::Sub, hi_v, Value::Float(hi))?;
-                let u = new(Tensor::from_vec(&s, u.iter().map(|&u| u as f32).collect())?)?;
-                let span = m.prim2(Prim::Sub, dhi, dlo.clone())?;
-                let spread = m.prim2(Prim::Mul, span, u)?;
-                let shifted = m.prim2(Prim::Add, values, dlo)?;
-                m.prim2(Prim::Add, shifted, spread)?
-            }
+            let values = Tensor::from_vec(&s, u.iter().map(|&u| (lo + (hi - lo) * u) as f32).collect())?;
+            spread_uniform(m, lo_v, hi_v, values, u.iter().map(|&u| u as f32).collect())?
         }
         B::LoadNpy => new(npy::load(&arg().as_str()?)?)?,
         B::SaveNpy => {

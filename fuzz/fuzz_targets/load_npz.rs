@@ -1,0 +1,4 @@
+//! Fuzz target: `load_npz` (the body is in fuzz/src/lib.rs, shared with `cargo test`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| dp_fuzz::load_npz(data));
