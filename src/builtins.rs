@@ -107,6 +107,10 @@ pub enum B {
     ProgressFinish,
     Plot,
     PlotWith,
+    // products and convolutions (issue 14)
+    Einsum,
+    Conv2dWith,
+    AvgPool2d,
     Key,
     SplitKey,
     SplitKeys,
@@ -309,6 +313,10 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("ravel", B::Ravel, "Tensor -> Tensor"),
     ("gather", B::Gather, "Tensor -> Tensor -> Int -> Tensor"),
     ("get", B::Get, "Tensor -> List Int -> Float"),
+    // products and convolutions (issue 14): src/eval/builtins/einsum.rs, src/eval/builtins/tensor.rs
+    ("einsum", B::Einsum, "String -> List Tensor -> Tensor"),
+    ("conv2d_with", B::Conv2dWith, "Int -> Int -> Tensor -> Tensor -> Tensor"),
+    ("avg_pool2d", B::AvgPool2d, "Int -> Tensor -> Tensor"),
 ];
 
 /// The most arguments any builtin takes.

@@ -805,3 +805,50 @@ fn gpu_gather_is_a_clear_error() {
     let r = dp("cpu", "let () = println (gather (to_device \"gpu\" (ones [2, 3])) (tensor [0]) 0)\n");
     assert!(!r.ok && r.stderr.contains("`gather` runs on the CPU only"), "{}", r.stderr);
 }
+// Batched products, einsum, strided and padded convolutions, average pooling (issue 14): the
+// batched WGSL product (one dispatch, the batch on the grid's z axis), its broadcast operands,
+// and every derivative through them.
+fn gpu_batched_products_einsum_strided_conv() {
+        Case { name: "stack @ stack", tol: R, code: "let () = pt (randn 60 [5, 37, 29] @ randn 61 [5, 29, 70])" },
+        Case {
+            name: "broadcast batch",
+            tol: R,
+            code: "let () = pt (randn 62 [2, 1, 7, 9] @ randn 63 [3, 9, 5])",
+        },
+        Case { name: "stack @ matrix", tol: R, code: "let () = pt (x3 @ randn 64 [7, 3])" },
+        Case { name: "vector @ stack", tol: R, code: "let () = pt (randn 65 [4] @ x3)" },
+        Case { name: "stack @ vector", tol: R, code: "let () = pt (x3 @ randn 66 [7])" },
+        Case {
+            name: "d batched, broadcast",
+            tol: R,
+            code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * randn 67 [2, 3, 7, 5])) (randn 68 [2, 1, 7, 9], randn 69 [3, 9, 5]) in (pt a; pt b)",
+        },
+        Case {
+            name: "einsum attention scores",
+            tol: R,
+            code: "let () = pt (einsum \"bhqd,bhkd->bhqk\" [randn 70 [2, 3, 5, 4], randn 71 [2, 3, 6, 4]])",
+        },
+        Case { name: "einsum diagonal", tol: E, code: "let () = pt (einsum \"ii->i\" [randn 72 [6, 6]])" },
+        Case {
+            name: "d einsum, three operands",
+            tol: R,
+            code: "let () = let (a, b) = grad (fun (a, b) -> item (einsum \"ij,jk,k->\" [a, b, rv])) (randn 73 [4, 7], randn 74 [7, 53]) in (pt a; pt b)",
+        },
+        Case { name: "conv2d_with 2 1", tol: R, code: "let () = pt (conv2d_with 2 1 img ker)" },
+        Case { name: "conv2d_with 3 2", tol: R, code: "let () = pt (conv2d_with 3 2 img ker)" },
+        Case {
+            name: "conv2d_with grads",
+            tol: R,
+            code: "let () = let (gi, gk) = grad (fun (a, b) -> sum (conv2d_with 2 1 a b * randn 75 [2, 4, 5, 5])) (img, ker) in (pt gi; pt gk)",
+        },
+        Case {
+            name: "conv2d_with second order",
+            tol: R,
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (grad (fun (b : Tensor) -> sum (tanh (conv2d_with 2 1 a b))) ker)) img)",
+        },
+        Case { name: "avg_pool2d 2", tol: E, code: "let () = pt (avg_pool2d 2 img)" },
+        Case {
+            name: "avg_pool2d grad",
+            tol: R,
+            code: "let () = pt (grad (fun (a : Tensor) -> sum (avg_pool2d 3 a * randn 76 [2, 3, 3, 2])) img)",
+        },

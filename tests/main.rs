@@ -16,6 +16,7 @@ mod jupyter;
 mod layers;
 mod lsp;
 mod plots;
+mod products;
 mod python;
 mod random;
 mod repl;

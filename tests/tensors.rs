@@ -25,7 +25,7 @@ use crate::run::{run_dp, run_ok, temp_path};
 use ndarray::{ArrayD, Axis, Ix1, Ix2, IxDyn, Slice};
 use std::process::Command;
 
-type A = ArrayD<f64>;
+pub(crate) type A = ArrayD<f64>;
 
 // ------------------------------------------------------------------ running dp
 
@@ -44,10 +44,10 @@ fn fmt_list(xs: &[f64]) -> String {
 // ------------------------------------------------------------------ random inputs
 
 /// SplitMix64; values are rounded to float32 so dp and the reference see the same inputs.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x9E37_79B9_7F4A_7C15)
     }
     fn next_u64(&mut self) -> u64 {
@@ -64,7 +64,7 @@ impl Rng {
         (lo + (hi - lo) * self.unit()) as f32 as f64
     }
     /// Uniform in [lo, hi).
-    fn arr(&mut self, shape: &[usize], lo: f64, hi: f64) -> A {
+    pub(crate) fn arr(&mut self, shape: &[usize], lo: f64, hi: f64) -> A {
         let n = shape.iter().product();
         A::from_shape_vec(IxDyn(shape), (0..n).map(|_| self.float(lo, hi)).collect()).unwrap()
     }
@@ -74,7 +74,7 @@ impl Rng {
         a.mapv(|x| if self.next_u64() & 1 == 0 { x } else { -x })
     }
     /// Distinct values at least 0.25 apart (a well-defined `max`).
-    fn distinct(&mut self, shape: &[usize]) -> A {
+    pub(crate) fn distinct(&mut self, shape: &[usize]) -> A {
         let n: usize = shape.iter().product();
         let mut idx: Vec<usize> = (0..n).collect();
         for i in (1..n).rev() {
@@ -197,9 +197,14 @@ fn concat(axis: usize, xs: &[A]) -> A {
 
 /// Valid, stride-1 convolution: x [N, C, H, W], w [O, C, KH, KW] -> [N, O, H-KH+1, W-KW+1].
 fn conv2d(x: &A, w: &A) -> A {
+    conv2d_with(1, 0, x, w)
+}
+
+/// Convolution with a stride and zero padding (PyTorch's conv2d), by its definition.
+pub(crate) fn conv2d_with(s: usize, p: usize, x: &A, w: &A) -> A {
     let (xs, ws) = (x.shape(), w.shape());
     let (n, c, h, wd, o, kh, kw) = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3]);
-    let (oh, ow) = (h - kh + 1, wd - kw + 1);
+    let (oh, ow) = ((h + 2 * p - kh) / s + 1, (wd + 2 * p - kw) / s + 1);
     let mut out = A::zeros(IxDyn(&[n, o, oh, ow]));
     for b in 0..n {
         for f in 0..o {
@@ -209,7 +214,10 @@ fn conv2d(x: &A, w: &A) -> A {
                     for ch in 0..c {
                         for i in 0..kh {
                             for j in 0..kw {
-                                acc += x[[b, ch, y + i, z + j]] * w[[f, ch, i, j]];
+                                let (r, q) = ((y * s + i) as isize - p as isize, (z * s + j) as isize - p as isize);
+                                if r >= 0 && q >= 0 && (r as usize) < h && (q as usize) < wd {
+                                    acc += x[[b, ch, r as usize, q as usize]] * w[[f, ch, i, j]];
+                                }
                             }
                         }
                     }
@@ -248,7 +256,7 @@ fn max_pool2d(k: usize, x: &A) -> A {
 
 type Forward = Box<dyn Fn(&[A]) -> A>;
 
-struct Case {
+pub(crate) struct Case {
     name: String,
     /// A dp expression; `$0`, `$1`, … are the inputs.
     body: String,
@@ -258,15 +266,32 @@ struct Case {
     /// Whether the body is a Float (else a Tensor).
     out_float: bool,
     f: Forward,
-    second_order: bool,
+    pub(crate) second_order: bool,
+    /// Inputs, tangents and weights as float64 tensors (checked to a tighter tolerance).
+    float64: bool,
 }
 
-fn case(name: &str, body: &str, out_float: bool, inputs: Vec<(A, bool)>, f: impl Fn(&[A]) -> A + 'static) -> Case {
+pub(crate) fn case(
+    name: &str,
+    body: &str,
+    out_float: bool,
+    inputs: Vec<(A, bool)>,
+    f: impl Fn(&[A]) -> A + 'static,
+) -> Case {
     let (inputs, floats) = inputs.into_iter().unzip();
-    Case { name: name.into(), body: body.into(), inputs, floats, out_float, f: Box::new(f), second_order: false }
+    Case {
+        name: name.into(),
+        body: body.into(),
+        inputs,
+        floats,
+        out_float,
+        f: Box::new(f),
+        second_order: false,
+        float64: false,
+    }
 }
 
-fn t(a: A) -> (A, bool) {
+pub(crate) fn t(a: A) -> (A, bool) {
     (a, false)
 }
 fn fl(x: f64) -> (A, bool) {
@@ -277,6 +302,20 @@ const H: f64 = 1e-3;
 const TOL: f64 = 1e-3;
 
 impl Case {
+    /// The same case computed in float64 by dp, held to 1e-5 (central differences of a smooth
+    /// function with step 1e-3 are that close; float32 rounding is not in the way).
+    pub(crate) fn in_float64(mut self) -> Case {
+        self.float64 = true;
+        self.name += " (float64)";
+        self
+    }
+    fn lit(&self, a: &A, float: bool) -> String {
+        if self.float64 && !float {
+            format!("(astype \"float64\" {})", lit(a, false))
+        } else {
+            lit(a, float)
+        }
+    }
     fn n(&self) -> usize {
         self.inputs.len()
     }
@@ -325,11 +364,11 @@ impl Case {
     fn defs(&self, k: usize, r: &A, v: &[A]) -> String {
         let mut s = String::new();
         for (i, (x, vi)) in self.inputs.iter().zip(v).enumerate().take(self.n()) {
-            s += &format!("let c{k}_x{i} = {}\n", lit(x, self.floats[i]));
-            s += &format!("let c{k}_v{i} = {}\n", lit(vi, self.floats[i]));
+            s += &format!("let c{k}_x{i} = {}\n", self.lit(x, self.floats[i]));
+            s += &format!("let c{k}_v{i} = {}\n", self.lit(vi, self.floats[i]));
         }
         if !self.out_float {
-            s += &format!("let c{k}_r = {}\n", lit(r, false));
+            s += &format!("let c{k}_r = {}\n", self.lit(r, false));
         }
         s
     }
@@ -540,7 +579,7 @@ fn run_snippets(defs: &[String], snips: &[Snippet]) -> Vec<Result<String, String
 }
 
 /// Checks every case in one dp process; panics listing every failure.
-fn check_cases(seed: u64, mut cases: Vec<Case>) {
+pub(crate) fn check_cases(seed: u64, mut cases: Vec<Case>) {
     let mut rng = Rng::new(seed);
     let mut defs = Vec::new();
     let mut snips = Vec::new();
@@ -559,7 +598,8 @@ fn check_cases(seed: u64, mut cases: Vec<Case>) {
         match res {
             Ok(line) => {
                 let got = numbers(line);
-                if !all_close(&got, &s.want, TOL) {
+                let tol = if cases[s.case].float64 { 1e-5 } else { TOL };
+                if !all_close(&got, &s.want, tol) {
                     failures.push(format!(
                         "{name} [{}]: `{}`\n    got  {}\n    want {}",
                         s.what,
@@ -1376,7 +1416,7 @@ const SHAPE_ERRORS: &[(&str, &[&str])] = &[
     ("zeros [2, 3] @ zeros [4]", &["[2, 3]", "[4]"]),
     ("zeros [4] @ zeros [3, 2]", &["[4]", "[3, 2]"]),
     ("zeros [2] @ zeros [3]", &["[2]", "[3]"]),
-    ("zeros [2, 2, 2] @ zeros [2, 2]", &["[2, 2, 2]", "[2, 2]"]),
+    ("zeros [2, 2, 2] @ zeros [3, 2, 2]", &["[2, 2, 2]", "[3, 2, 2]"]),
     ("reshape (zeros [2, 3]) [4]", &["[2, 3]", "[4]"]),
     ("reshape (zeros [2, 3]) [4, 2]", &["[2, 3]", "[4, 2]"]),
     ("row (zeros [2, 3]) 2", &["[2, 3]", "2"]),

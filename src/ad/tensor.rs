@@ -136,6 +136,9 @@ pub fn vjp<H: Host>(
     let s0 = ad::shape_of(&xs[0]);
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     Ok(match op {
+        TOp::MatMul if s0.len() > 2 || ad::shape_of(&xs[1]).len() > 2 => {
+            batched_matmul_vjp(m, xs[0].clone(), xs[1].clone(), g, need(0), need(1))?
+        }
         TOp::MatMul => {
             let (sa, sb) = (s0.len(), ad::shape_of(&xs[1]).len());
             let (a, b) = (xs[0].clone(), xs[1].clone());
@@ -212,6 +215,13 @@ pub fn vjp<H: Host>(
         TOp::BroadcastTo(_) => vec![Some(call(m, TOp::SumTo(s0), vec![g])?)],
         TOp::Reshape(_) => vec![Some(call(m, TOp::Reshape(s0), vec![g])?)],
         TOp::Transpose => vec![Some(call(m, TOp::Transpose, vec![g])?)],
+        TOp::Permute(perm) => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![Some(call(m, TOp::Permute(inverse), vec![g])?)]
+        }
         TOp::Row(i) => vec![Some(call(m, TOp::ScatterRow(*i, s0), vec![g])?)],
         TOp::ScatterRow(i, _) => vec![Some(call(m, TOp::Row(*i), vec![g])?)],
         TOp::Softmax => {
@@ -243,27 +253,29 @@ pub fn vjp<H: Host>(
         }
         // Convolution is bilinear: <g, conv(x, w)> = <IG(w, g), x> = <WG(x, g), w>, so the
         // adjoint maps are themselves linear in each argument and have exact reverse rules.
-        TOp::Conv2d => {
+        // (The same holds with a stride and padding: all three are one trilinear form's
+        // partial maps, so each keeps the forward operation's stride and padding.)
+        TOp::Conv2d(cv) => {
             let (x, w) = (xs[0].clone(), xs[1].clone());
             vec![
-                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), w.clone(), g.clone()])?),
-                Some(call(m, TOp::Conv2dWeightGrad, vec![x, w, g])?),
+                Some(call(m, TOp::Conv2dInputGrad(*cv), vec![x.clone(), w.clone(), g.clone()])?),
+                Some(call(m, TOp::Conv2dWeightGrad(*cv), vec![x, w, g])?),
             ]
         }
-        TOp::Conv2dInputGrad => {
+        TOp::Conv2dInputGrad(cv) => {
             let (w, gy) = (xs[1].clone(), xs[2].clone());
             vec![
                 None,
-                Some(call(m, TOp::Conv2dWeightGrad, vec![g.clone(), w.clone(), gy])?),
-                Some(call(m, TOp::Conv2d, vec![g, w])?),
+                Some(call(m, TOp::Conv2dWeightGrad(*cv), vec![g.clone(), w.clone(), gy])?),
+                Some(call(m, TOp::Conv2d(*cv), vec![g, w])?),
             ]
         }
-        TOp::Conv2dWeightGrad => {
+        TOp::Conv2dWeightGrad(cv) => {
             let (x, gy) = (xs[0].clone(), xs[2].clone());
             vec![
-                Some(call(m, TOp::Conv2dInputGrad, vec![x.clone(), g.clone(), gy])?),
+                Some(call(m, TOp::Conv2dInputGrad(*cv), vec![x.clone(), g.clone(), gy])?),
                 None,
-                Some(call(m, TOp::Conv2d, vec![x, g])?),
+                Some(call(m, TOp::Conv2d(*cv), vec![x, g])?),
             ]
         }
         // Pooling routes values by the (locally constant) argmax: linear in everything else.
@@ -321,6 +333,58 @@ pub fn vjp<H: Host>(
         TOp::ScatterAdd(a, _) => vec![Some(call(m, TOp::Gather(*a), vec![g, strip(&xs[1])])?), None],
         TOp::Step | TOp::Sign | TOp::ArgmaxMask => xs.iter().map(|_| None).collect(),
     })
+}
+
+/// The reverse rule of `@` on stacks of matrices (either operand of rank 3 or more): with a
+/// rank-1 operand made a row (left) or column (right) matrix, dA = G Bᵀ and dB = Aᵀ G as
+/// batched products (ᵀ swapping the last two axes), each summed over the batch axes its
+/// operand was broadcast along, then shaped back. Written with `call`, so it differentiates.
+fn batched_matmul_vjp<H: Host>(
+    m: &mut H,
+    a: Value,
+    b: Value,
+    g: Value,
+    need_a: bool,
+    need_b: bool,
+) -> FResult<Vec<Option<Value>>> {
+    let (sa, sb) = (ad::shape_of(&a), ad::shape_of(&b));
+    let as_matrix = |m: &mut H, v: Value, s: &[usize], row: bool| -> FResult<Value> {
+        match s {
+            [k] => call(m, TOp::Reshape(if row { vec![1, *k] } else { vec![*k, 1] }), vec![v]),
+            _ => Ok(v),
+        }
+    };
+    let a2 = as_matrix(m, a, &sa, true)?;
+    let b2 = as_matrix(m, b, &sb, false)?;
+    let (sa2, sb2) = (ad::shape_of(&a2), ad::shape_of(&b2));
+    // g with the row or column axis a vector operand dropped put back.
+    let gs = crate::tensor::op::matmul_shape(&sa2, &sb2)?;
+    let g2 = call(m, TOp::Reshape(gs), vec![g])?;
+    let swap_last = |m: &mut H, v: Value| -> FResult<Value> {
+        let r = ad::shape_of(&v).len();
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        call(m, TOp::Permute(perm), vec![v])
+    };
+    let back = |m: &mut H, d: Value, s2: &[usize], s: &[usize]| -> FResult<Value> {
+        let d = call(m, TOp::SumTo(s2.to_vec()), vec![d])?;
+        call(m, TOp::Reshape(s.to_vec()), vec![d])
+    };
+    let da = if need_a {
+        let bt = swap_last(m, b2.clone())?;
+        let d = call(m, TOp::MatMul, vec![g2.clone(), bt])?;
+        Some(back(m, d, &sa2, &sa)?)
+    } else {
+        None
+    };
+    let db = if need_b {
+        let at = swap_last(m, a2)?;
+        let d = call(m, TOp::MatMul, vec![at, g2])?;
+        Some(back(m, d, &sb2, &sb)?)
+    } else {
+        None
+    };
+    Ok(vec![da, db])
 }
 
 /// Forward rule: the output tangent, given input tangents (None = zero).
@@ -383,13 +447,13 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
                 }
             }
         }
-        TOp::Conv2d => {
+        TOp::Conv2d(_) => {
             let mut acc = Value::Float(0.0);
             if let Some(tx) = &ts[0] {
-                acc = call(m, TOp::Conv2d, vec![tx.clone(), xs[1].clone()])?;
+                acc = call(m, op.clone(), vec![tx.clone(), xs[1].clone()])?;
             }
             if let Some(tw) = &ts[1] {
-                let c = call(m, TOp::Conv2d, vec![xs[0].clone(), tw.clone()])?;
+                let c = call(m, op.clone(), vec![xs[0].clone(), tw.clone()])?;
                 acc = m.prim2(Prim::Add, acc, c)?;
             }
             Ok(acc)
@@ -398,9 +462,9 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
             call(m, TOp::MaxPool2dPick(*k), vec![strip(&xs[0]), t.clone()])
         }
-        TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
+        TOp::Conv2dInputGrad(_) | TOp::Conv2dWeightGrad(_) => {
             // Bilinear in the two arguments it reads (IG ignores x, WG ignores w): sum the terms.
-            let ignored = if *op == TOp::Conv2dInputGrad { 0 } else { 1 };
+            let ignored = if matches!(op, TOp::Conv2dInputGrad(_)) { 0 } else { 1 };
             let mut acc = Value::Float(0.0);
             for (i, t) in ts.iter().enumerate() {
                 if let (Some(t), true) = (t, i != ignored) {

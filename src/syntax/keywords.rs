@@ -108,6 +108,10 @@ pub const BUILTINS: &[&str] = &[
     "astype",
     "conv2d",
     "max_pool2d",
+    // products and convolutions (issue 14)
+    "einsum",
+    "conv2d_with",
+    "avg_pool2d",
     // whole parameter structures
     "tree_add",
     "tree_sub",

@@ -89,6 +89,8 @@ pub trait Real:
     fn un(op: Un, x: Self) -> Self;
     /// c = alpha · a b + beta · c (any strides).
     fn gemm(alpha: Self, a: ArrayView2<Self>, b: ArrayView2<Self>, beta: Self, c: ArrayViewMut2<Self>);
+    /// `gemm` on this thread only (a product of a batch spread over the threads).
+    fn gemm_serial(alpha: Self, a: ArrayView2<Self>, b: ArrayView2<Self>, beta: Self, c: ArrayViewMut2<Self>);
     /// y = alpha · a x + beta · y.
     fn gemv(alpha: Self, a: ArrayView2<Self>, x: ArrayView1<Self>, beta: Self, y: ArrayViewMut1<Self>);
     fn of_f64(x: f64) -> Self;
@@ -125,6 +127,9 @@ impl Real for f32 {
     }
     fn gemm(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32, c: ArrayViewMut2<f32>) {
         gemm::gemm(alpha, a, b, beta, c)
+    }
+    fn gemm_serial(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32, c: ArrayViewMut2<f32>) {
+        gemm::gemm_serial(alpha, a, b, beta, c)
     }
     fn gemv(alpha: f32, a: ArrayView2<f32>, x: ArrayView1<f32>, beta: f32, y: ArrayViewMut1<f32>) {
         gemm::gemv(alpha, a, x, beta, y)
@@ -163,6 +168,10 @@ impl Real for f64 {
     // are float32's, the dtype of every model's weights; float64 is for accuracy checks.
     fn gemm(alpha: f64, a: ArrayView2<f64>, b: ArrayView2<f64>, beta: f64, mut c: ArrayViewMut2<f64>) {
         ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut c)
+    }
+    // matrixmultiply runs on the calling thread already.
+    fn gemm_serial(alpha: f64, a: ArrayView2<f64>, b: ArrayView2<f64>, beta: f64, c: ArrayViewMut2<f64>) {
+        Self::gemm(alpha, a, b, beta, c)
     }
     fn gemv(alpha: f64, a: ArrayView2<f64>, x: ArrayView1<f64>, beta: f64, mut y: ArrayViewMut1<f64>) {
         ndarray::linalg::general_mat_vec_mul(alpha, &a, &x, beta, &mut y)

@@ -194,6 +194,9 @@ pub enum TOp {
     BroadcastTo(Vec<usize>),
     Reshape(Vec<usize>),
     Transpose,
+    /// Axis i of the result is axis `perm[i]` of the operand (internal: the batched product's
+    /// adjoint and `einsum`'s lowering; a layout operation, defined for every dtype).
+    Permute(Vec<usize>),
     Row(usize),
     /// A zero tensor of the shape with one row set (the adjoint of `Row`).
     ScatterRow(usize, Vec<usize>),
@@ -212,12 +215,14 @@ pub enum TOp {
     Sign,
     /// 1 at the position of the maximum (max's derivative; not differentiable).
     ArgmaxMask,
-    /// Valid, stride-1 2-D convolution (NCHW input, OCKK weights). Bilinear: its adjoints are
-    /// convolutions again, so it is differentiable to any order.
-    Conv2d,
+    /// 2-D convolution (NCHW input, OCKK weights) with a stride and zero padding on every
+    /// side (`conv2d_with stride padding`). Bilinear: its adjoints are convolutions again, so
+    /// it is differentiable to any order.
+    Conv2d(Conv),
     /// The adjoints of Conv2d given (x, w, g), bilinear in the two they read (differentiable).
-    Conv2dInputGrad,
-    Conv2dWeightGrad,
+    /// x and w are read for their shapes too: with a stride, g's shape does not fix x's.
+    Conv2dInputGrad(Conv),
+    Conv2dWeightGrad(Conv),
     /// k×k, stride-k max pooling: routes by the (locally constant) argmax, so its adjoints
     /// are pooling routes again and it is differentiable to any order.
     MaxPool2d(usize),
@@ -269,7 +274,8 @@ impl TOp {
             TOp::LogSoftmax => "log_softmax",
             TOp::Concat(_) => "concat",
             TOp::Slice(..) => "slice",
-            TOp::Conv2d => "conv2d",
+            TOp::Conv2d(c) if *c == Conv::VALID => "conv2d",
+            TOp::Conv2d(_) => "conv2d_with",
             TOp::MaxPool2d(_) => "max_pool2d",
             TOp::AsType(_) => "astype",
             TOp::Cmp(c) => c.name(),
@@ -283,6 +289,83 @@ impl TOp {
         };
         format!("`{s}`")
     }
+}
+
+/// A convolution's stride and zero padding (the same on both spatial axes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv {
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl Conv {
+    /// `conv2d`: stride 1, no padding.
+    pub const VALID: Conv = Conv { stride: 1, pad: 0 };
+}
+
+/// The shape of `x @ y` under NumPy's `matmul` rules: a rank-1 left operand is a row (its
+/// axis dropped from the result), a rank-1 right operand a column, and the axes before the
+/// last two are batch axes that broadcast. The error is what a program sees.
+pub fn matmul_shape(xs: &[usize], ys: &[usize]) -> TResult<Vec<usize>> {
+    if xs.is_empty() || ys.is_empty() {
+        return Err(TensorError::new(format!(
+            "`@` multiplies matrices and vectors (rank 1 or more); got shapes {} and {}",
+            fmt_shape(xs),
+            fmt_shape(ys)
+        )));
+    }
+    // The contracted axis: the last of the left operand, the first (or, for a stack of
+    // matrices, the second to last) of the right.
+    let (kx, ky) = (xs[xs.len() - 1], ys[ys.len().saturating_sub(2)]);
+    if kx != ky {
+        return Err(TensorError::new(format!(
+            "matrix product of shapes {} and {}: inner dimensions differ ({kx} and {ky})",
+            fmt_shape(xs),
+            fmt_shape(ys)
+        )));
+    }
+    let (bx, by) = (&xs[..xs.len().saturating_sub(2)], &ys[..ys.len().saturating_sub(2)]);
+    let mut out = crate::broadcast_shape(bx, by).map_err(|_| {
+        TensorError::new(format!(
+            "matrix product of shapes {} and {}: the batch dimensions {} and {} do not broadcast",
+            fmt_shape(xs),
+            fmt_shape(ys),
+            fmt_shape(bx),
+            fmt_shape(by)
+        ))
+    })?;
+    if xs.len() >= 2 {
+        out.push(xs[xs.len() - 2]);
+    }
+    if ys.len() >= 2 {
+        out.push(ys[ys.len() - 1]);
+    }
+    Ok(out)
+}
+
+/// An operand of `@` as a stack of matrices: (batch axes, rows, columns). A vector is one row
+/// on the left (`left`) and one column on the right.
+pub fn as_stack(s: &[usize], left: bool) -> (Vec<usize>, usize, usize) {
+    match s.len() {
+        0 => (vec![], 1, 1),
+        1 if left => (vec![], 1, s[0]),
+        1 => (vec![], s[0], 1),
+        r => (s[..r - 2].to_vec(), s[r - 2], s[r - 1]),
+    }
+}
+
+/// A pooling window's shape rule (`max_pool2d`, `avg_pool2d`).
+pub fn check_pool(what: &str, k: usize, s: &[usize]) -> TResult<()> {
+    if k == 0 {
+        return Err(TensorError::new(format!("{what} 0: the window size must be at least 1")));
+    }
+    if s.len() != 4 || s[2] < k || s[3] < k {
+        return Err(TensorError::new(format!(
+            "{what} {k} needs an input [N, C, H, W] with H, W ≥ {k}; got shape {}",
+            fmt_shape(s)
+        )));
+    }
+    Ok(())
 }
 
 /// `what: axis a is out of range …` unless `axis` is an axis of `shape`.
@@ -333,20 +416,16 @@ impl TOp {
         };
         match self {
             TOp::MatMul => {
-                let (xs, ys) = (s0()?, operands.get(1).map_or(&[][..], |s| s.dims()));
-                if !(1..=2).contains(&xs.len()) || !(1..=2).contains(&ys.len()) {
-                    return Err(TensorError::new(format!(
-                        "`@` multiplies matrices and vectors; got shapes {} and {}",
-                        fmt_shape(xs),
-                        fmt_shape(ys)
-                    )));
-                }
-                // The contracted axis: the last of the left operand, the first of the right.
-                if xs[xs.len() - 1] != ys[0] {
-                    return Err(TensorError::new(format!(
-                        "matrix product of shapes {} and {}: inner dimensions differ",
-                        fmt_shape(xs),
-                        fmt_shape(ys)
+                matmul_shape(s0()?, operands.get(1).map_or(&[][..], |s| s.dims()))?;
+            }
+            TOp::Permute(perm) => {
+                let s = s0()?;
+                let mut seen = vec![false; s.len()];
+                if perm.len() != s.len() || !perm.iter().all(|&a| a < s.len() && !std::mem::replace(&mut seen[a], true))
+                {
+                    return Err(TensorError::internal(format!(
+                        "permuting the axes of a tensor of shape {} by {perm:?}",
+                        fmt_shape(s)
                     )));
                 }
             }
@@ -424,17 +503,8 @@ impl TOp {
                     )));
                 }
             }
-            TOp::Conv2d | TOp::Conv2dInputGrad | TOp::Conv2dWeightGrad => {
-                conv_dims(s0()?, operands.get(1).map_or(&[][..], |s| s.dims()))?;
-            }
-            TOp::MaxPool2d(k) | TOp::MaxPool2dGrad(k) | TOp::MaxPool2dPick(k) => {
-                let s = s0()?;
-                if s.len() != 4 || *k == 0 || s[2] < *k || s[3] < *k {
-                    return Err(TensorError::new(format!(
-                        "max_pool2d {k} needs an input [N, C, H, W] with H, W ≥ {k}; got shape {}",
-                        fmt_shape(s)
-                    )));
-                }
+            TOp::Conv2d(cv) | TOp::Conv2dInputGrad(cv) | TOp::Conv2dWeightGrad(cv) => {
+                conv_dims(s0()?, operands.get(1).map_or(&[][..], |s| s.dims()), *cv)?;
             }
             TOp::MaxAxis(a) | TOp::ArgmaxAxis(a) => {
                 let s = s0()?;
@@ -461,6 +531,7 @@ impl TOp {
                         .map_err(|e| TensorError::new(format!("{}: {}", self.name(), e.msg)))?;
                 }
             }
+            TOp::MaxPool2d(k) | TOp::MaxPool2dGrad(k) | TOp::MaxPool2dPick(k) => check_pool("max_pool2d", *k, s0()?)?,
             // Broadcasting and its adjoint report their own shapes where they fail (the
             // backends derive the strides as they go); the rest accept any shape.
             TOp::Sum
@@ -492,20 +563,29 @@ pub struct ConvDims {
     pub kw: usize,
     pub oh: usize,
     pub ow: usize,
+    pub stride: usize,
+    pub pad: usize,
 }
 
-/// `conv2d`'s shape rule, and the sizes both backends' kernels loop over.
-pub fn conv_dims(x: &[usize], k: &[usize]) -> TResult<ConvDims> {
+/// `conv2d`'s shape rule, and the sizes both backends' kernels loop over: output position
+/// (y, x) reads input rows y·stride − pad + i (outside the input: zero).
+pub fn conv_dims(x: &[usize], k: &[usize], cv: Conv) -> TResult<ConvDims> {
+    let what = if cv == Conv::VALID { "conv2d".to_string() } else { format!("conv2d_with {} {}", cv.stride, cv.pad) };
+    if cv.stride == 0 {
+        return Err(TensorError::new(format!("{what}: the stride must be at least 1")));
+    }
     if x.len() != 4 || k.len() != 4 {
         return Err(TensorError::new(format!(
-            "conv2d takes an input [N, C, H, W] and weights [O, C, KH, KW]; got shapes {} and {}",
+            "{what} takes an input [N, C, H, W] and weights [O, C, KH, KW]; got shapes {} and {}",
             fmt_shape(x),
             fmt_shape(k)
         )));
     }
-    if x[1] != k[1] || k[2] > x[2] || k[3] > x[3] {
+    let (ph, pw) = (x[2] + 2 * cv.pad, x[3] + 2 * cv.pad);
+    if x[1] != k[1] || k[2] > ph || k[3] > pw || k[2] == 0 || k[3] == 0 {
+        let padded = if cv.pad > 0 { format!(" (padded to {ph} × {pw})") } else { String::new() };
         return Err(TensorError::new(format!(
-            "conv2d: input {} and weights {} do not fit",
+            "{what}: input {}{padded} and weights {} do not fit",
             fmt_shape(x),
             fmt_shape(k)
         )));
@@ -518,8 +598,10 @@ pub fn conv_dims(x: &[usize], k: &[usize]) -> TResult<ConvDims> {
         o: k[0],
         kh: k[2],
         kw: k[3],
-        oh: x[2] - k[2] + 1,
-        ow: x[3] - k[3] + 1,
+        oh: (ph - k[2]) / cv.stride + 1,
+        ow: (pw - k[3]) / cv.stride + 1,
+        stride: cv.stride,
+        pad: cv.pad,
     })
 }
 
@@ -548,11 +630,18 @@ mod tests {
         assert!(fits(TOp::MatMul, &[&[2, 3], &[3]]));
         assert_eq!(
             err(TOp::MatMul, &[&[2, 3], &[2]]),
-            "matrix product of shapes [2, 3] and [2]: inner dimensions differ"
+            "matrix product of shapes [2, 3] and [2]: inner dimensions differ (3 and 2)"
+        );
+        assert_eq!(matmul_shape(&[2, 3, 4], &[4]).unwrap(), vec![2, 3]);
+        assert_eq!(matmul_shape(&[4], &[2, 4, 5]).unwrap(), vec![2, 5]);
+        assert_eq!(matmul_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(), vec![2, 5, 3, 6]);
+        assert_eq!(
+            err(TOp::MatMul, &[&[2, 3, 4], &[3, 4, 5]]),
+            "matrix product of shapes [2, 3, 4] and [3, 4, 5]: the batch dimensions [2] and [3] do not broadcast"
         );
         assert_eq!(
-            err(TOp::MatMul, &[&[2, 3, 4], &[4]]),
-            "`@` multiplies matrices and vectors; got shapes [2, 3, 4] and [4]"
+            err(TOp::MatMul, &[&[], &[4]]),
+            "`@` multiplies matrices and vectors (rank 1 or more); got shapes [] and [4]"
         );
         assert!(fits(TOp::Concat(0), &[&[2, 3], &[1, 3]]));
         assert_eq!(
@@ -567,7 +656,18 @@ mod tests {
         assert_eq!(err(TOp::Mean, &[&[0]]), "mean of an empty tensor");
         assert!(fits(TOp::MaxPool2d(2), &[&[1, 1, 4, 4]]));
         assert!(!fits(TOp::MaxPool2d(0), &[&[1, 1, 4, 4]]));
-        assert!(fits(TOp::Conv2d, &[&[1, 2, 5, 5], &[3, 2, 3, 3]]));
-        assert!(!fits(TOp::Conv2d, &[&[1, 2, 5, 5], &[3, 1, 3, 3]]));
+        assert!(fits(TOp::Conv2d(Conv::VALID), &[&[1, 2, 5, 5], &[3, 2, 3, 3]]));
+        assert!(!fits(TOp::Conv2d(Conv::VALID), &[&[1, 2, 5, 5], &[3, 1, 3, 3]]));
+        let d = conv_dims(&[1, 2, 5, 7], &[3, 2, 3, 3], Conv { stride: 2, pad: 1 }).unwrap();
+        // (5 + 2 - 3) / 2 + 1 and (7 + 2 - 3) / 2 + 1, as PyTorch's formula gives.
+        assert_eq!((d.oh, d.ow), (3, 4));
+        assert_eq!(
+            err(TOp::Conv2d(Conv { stride: 1, pad: 1 }), &[&[1, 1, 2, 2], &[1, 1, 5, 5]]),
+            "conv2d_with 1 1: input [1, 1, 2, 2] (padded to 4 × 4) and weights [1, 1, 5, 5] do not fit"
+        );
+        assert_eq!(
+            err(TOp::Conv2d(Conv { stride: 0, pad: 0 }), &[&[1, 1, 2, 2], &[1, 1, 1, 1]]),
+            "conv2d_with 0 0: the stride must be at least 1"
+        );
     }
 }

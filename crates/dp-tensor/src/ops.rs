@@ -5,7 +5,7 @@
 //! given to both backends before anything compiles: there is no silent CPU fallback.
 
 use crate::cpu::{compare, elementwise, layout};
-use crate::op::{Bin, Cmp, TOp};
+use crate::op::{Bin, Cmp, Conv, TOp};
 use crate::{gpu, DType, Device, Storage, TResult, Tensor, TensorError};
 use ndarray::ArrayD;
 use std::rc::Rc;
@@ -37,6 +37,8 @@ pub trait Backend: Sized {
     fn broadcast_to(&self, shape: &[usize]) -> TResult<Self>;
     fn reshape(&self, shape: &[usize]) -> TResult<Self>;
     fn transpose(&self) -> TResult<Self>;
+    /// Axis i of the result is axis `perm[i]` of `self`.
+    fn permute(&self, perm: &[usize]) -> TResult<Self>;
     fn row(&self, i: usize) -> TResult<Self>;
     fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self>;
     /// Softmax (or, with `log`, log-softmax) over the last axis.
@@ -53,9 +55,9 @@ pub trait Backend: Sized {
     fn step(&self) -> TResult<Self>;
     fn sign(&self) -> TResult<Self>;
     fn argmax_mask(&self) -> TResult<Self>;
-    fn conv2d(&self, w: &Self) -> TResult<Self>;
+    fn conv2d(&self, w: &Self, cv: Conv) -> TResult<Self>;
     /// The adjoint of `conv2d` for its input (`input`) or its weights, given (x, w, g).
-    fn conv2d_grad(&self, w: &Self, g: &Self, input: bool) -> TResult<Self>;
+    fn conv2d_grad(&self, w: &Self, g: &Self, cv: Conv, input: bool) -> TResult<Self>;
     /// k×k max pooling; with `other`, routes it back to each window's maximum, or (`pick`)
     /// picks its element at each window's maximum.
     fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self>;
@@ -197,7 +199,16 @@ fn typed<T: Copy + PartialOrd>(
 
 /// The operations that only move elements, defined for every dtype.
 fn is_layout(op: &TOp) -> bool {
-    matches!(op, TOp::Reshape(_) | TOp::Transpose | TOp::Row(_) | TOp::Concat(_) | TOp::Slice(..) | TOp::BroadcastTo(_))
+    matches!(
+        op,
+        TOp::Reshape(_)
+            | TOp::Transpose
+            | TOp::Permute(_)
+            | TOp::Row(_)
+            | TOp::Concat(_)
+            | TOp::Slice(..)
+            | TOp::BroadcastTo(_)
+    )
 }
 
 /// A layout operation on int64 or bool tensors (all of one dtype: `of` reads it).
@@ -215,6 +226,7 @@ fn apply_layout<T: Clone>(
     let out = match op {
         TOp::Reshape(shape) => layout::reshape(x, shape)?,
         TOp::Transpose => layout::transpose(x),
+        TOp::Permute(perm) => layout::permute(x, perm),
         TOp::Row(i) => layout::row(x, *i),
         TOp::Concat(axis) => layout::concat(&arrays, *axis)?,
         TOp::Slice(axis, lo, hi) => layout::slice(x, *axis, *lo, *hi),
@@ -256,6 +268,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::BroadcastTo(shape) => t(x.broadcast_to(shape)?),
         TOp::Reshape(shape) => t(x.reshape(shape)?),
         TOp::Transpose => t(x.transpose()?),
+        TOp::Permute(perm) => t(x.permute(perm)?),
         TOp::Row(i) => t(x.row(*i)?),
         TOp::ScatterRow(i, shape) => t(x.scatter_row(*i, shape)?),
         TOp::Softmax => t(x.softmax(false)?),
@@ -269,9 +282,9 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::Step => t(x.step()?),
         TOp::Sign => t(x.sign()?),
         TOp::ArgmaxMask => t(x.argmax_mask()?),
-        TOp::Conv2d => t(x.conv2d(arg(1)?)?),
-        TOp::Conv2dInputGrad => t(x.conv2d_grad(arg(1)?, arg(2)?, true)?),
-        TOp::Conv2dWeightGrad => t(x.conv2d_grad(arg(1)?, arg(2)?, false)?),
+        TOp::Conv2d(cv) => t(x.conv2d(arg(1)?, *cv)?),
+        TOp::Conv2dInputGrad(cv) => t(x.conv2d_grad(arg(1)?, arg(2)?, *cv, true)?),
+        TOp::Conv2dWeightGrad(cv) => t(x.conv2d_grad(arg(1)?, arg(2)?, *cv, false)?),
         TOp::MaxPool2d(k) => t(x.max_pool(*k, None, false)?),
         TOp::MaxPool2dGrad(k) => t(x.max_pool(*k, Some(arg(1)?), false)?),
         TOp::MaxPool2dPick(k) => t(x.max_pool(*k, Some(arg(1)?), true)?),

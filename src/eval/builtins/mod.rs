@@ -2,12 +2,13 @@
 //! machine itself does `reset`, `shift`, `catch`, `grad`, `jvp` and `exit`), one module per
 //! idea: `io` (output, files, arguments), `csv` (CSV files), `strings`, `numbers` (and
 //! reference cells), `tensor` (the tensor builtins of LANGUAGE.md "Tensors"), `tensor_ops`
-//! (its masks, reductions, shapes and indexing, "Tensors, continued"), `random` (keyed random
-//! numbers), `tree` (arithmetic over parameter structures), `files` (checkpoints and `.npz`
-//! archives), `progress` (training-loop reports) and `plot` (charts; the drawing itself is
-//! src/plot).
+//! (its masks, reductions, shapes and indexing, "Tensors, continued"), `einsum` (its spec,
+//! lowered to products, sums and axis moves), `random` (keyed random numbers), `tree`
+//! (arithmetic over parameter structures), `files` (checkpoints and `.npz` archives),
+//! `progress` (training-loop reports) and `plot` (charts; the drawing itself is src/plot).
 
 pub mod csv;
+pub mod einsum;
 pub mod files;
 pub mod io;
 pub mod numbers;
@@ -105,7 +106,10 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::Dtype
         | B::Astype
         | B::Conv2d
-        | B::MaxPool2d => tensor::call(m, b, arg),
+        | B::MaxPool2d
+        | B::Conv2dWith
+        | B::AvgPool2d => tensor::call(m, b, arg),
+        B::Einsum => einsum::call(m, arg),
         B::Less
         | B::LessEqual
         | B::Greater

@@ -9,6 +9,7 @@ use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
+use crate::tensor::op::{check_pool, Conv};
 use crate::tensor::{fmt_shape, gpu, npy, DType, Device, Rng, TOp, Tensor};
 
 /// A new tensor, on the default device (`--device`).
@@ -39,6 +40,26 @@ fn checked_shape(dims: Vec<usize>) -> FResult<Vec<usize>> {
         Some(n) if n <= 1 << 31 => Ok(dims),
         _ => Err(Fault::new(format!("shape {} is too large", fmt_shape(&dims)))),
     }
+}
+
+/// k×k average pooling with stride k (rows and columns past the last whole window dropped, as
+/// `max_pool2d`), lowered to a slice, a reshape to [N, C, H/k, k, W/k, k], two axis sums and a
+/// scale: linear, so those operations' rules give its derivatives to any order on either device.
+fn avg_pool2d(m: &mut Machine, k: usize, x: Value) -> FResult<Value> {
+    let s = ad::shape_of(&x);
+    check_pool("avg_pool2d", k, &s)?;
+    let (oh, ow) = (s[2] / k, s[3] / k);
+    let mut x = x;
+    if s[2] != oh * k {
+        x = ad::tensor::call(m, TOp::Slice(2, 0, oh * k), vec![x])?;
+    }
+    if s[3] != ow * k {
+        x = ad::tensor::call(m, TOp::Slice(3, 0, ow * k), vec![x])?;
+    }
+    let x = ad::tensor::call(m, TOp::Reshape(vec![s[0], s[1], oh, k, ow, k]), vec![x])?;
+    let x = ad::tensor::call(m, TOp::SumAxis(5), vec![x])?;
+    let x = ad::tensor::call(m, TOp::SumAxis(3), vec![x])?;
+    m.prim2(Prim::Mul, x, Value::Float(1.0 / (k * k) as f64))
 }
 
 /// Nested lists of Floats, Ints or Bools to a float32, int64 or bool tensor
@@ -233,7 +254,17 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Conv2d => {
             let x = arg();
-            ad::tensor::call(m, TOp::Conv2d, vec![x, arg()])?
+            ad::tensor::call(m, TOp::Conv2d(Conv::VALID), vec![x, arg()])?
+        }
+        B::Conv2dWith => {
+            let stride = index(&arg(), "conv2d_with's stride")?;
+            let pad = index(&arg(), "conv2d_with's padding")?;
+            let x = arg();
+            ad::tensor::call(m, TOp::Conv2d(Conv { stride, pad }), vec![x, arg()])?
+        }
+        B::AvgPool2d => {
+            let k = index(&arg(), "the pooling size")?;
+            avg_pool2d(m, k, arg())?
         }
         B::MaxPool2d => {
             let k = index(&arg(), "the pooling size")?;

@@ -1,23 +1,40 @@
-//! Convolution (valid, stride 1, NCHW, by im2col and `gemm`) and k×k max pooling on the CPU.
+//! Convolution (NCHW, any stride and zero padding, by im2col and `gemm`) and k×k max pooling
+//! on the CPU.
 //! Shapes have passed the op table's rule (`op::conv_dims`, `TOp::check`).
 
-use crate::op::{conv_dims, ConvDims};
+use crate::op::{conv_dims, Conv, ConvDims};
 use crate::{Real, TResult};
 use ndarray::{Array2, Array3, ArrayD, ArrayView2, IxDyn};
 
-/// im2col of one image: [C*KH*KW, OH*OW].
+/// The input position output position `o` reads at kernel offset `i` (o·stride − pad + i),
+/// or None where that falls in the zero padding.
+#[inline]
+fn source(o: usize, i: usize, d: &ConvDims, len: usize) -> Option<usize> {
+    (o * d.stride + i).checked_sub(d.pad).filter(|&p| p < len)
+}
+
+/// Calls `f(input index, column index)` for every (image element, im2col column) pair of
+/// kernel offset (c, i, j): the one map im2col reads through and its adjoint writes through.
+#[inline]
+fn each_tap(d: &ConvDims, c: usize, i: usize, j: usize, mut f: impl FnMut(usize, usize)) {
+    for y in 0..d.oh {
+        let Some(sy) = source(y, i, d, d.h) else { continue };
+        for xx in 0..d.ow {
+            if let Some(sx) = source(xx, j, d, d.w) {
+                f((c * d.h + sy) * d.w + sx, y * d.ow + xx);
+            }
+        }
+    }
+}
+
+/// im2col of one image: [C*KH*KW, OH*OW] (padding positions stay zero).
 fn im2col<T: Real>(x: &[T], d: &ConvDims) -> Array2<T> {
     let mut cols = Array2::<T>::zeros((d.c * d.kh * d.kw, d.oh * d.ow));
     for c in 0..d.c {
         for i in 0..d.kh {
             for j in 0..d.kw {
-                let r = (c * d.kh + i) * d.kw + j;
-                let mut row = cols.row_mut(r);
-                for y in 0..d.oh {
-                    for xx in 0..d.ow {
-                        row[y * d.ow + xx] = x[(c * d.h + y + i) * d.w + xx + j];
-                    }
-                }
+                let mut row = cols.row_mut((c * d.kh + i) * d.kw + j);
+                each_tap(d, c, i, j, |src, col| row[col] = x[src]);
             }
         }
     }
@@ -35,16 +52,16 @@ fn from_vec<T: Real>(shape: &[usize], data: Vec<T>) -> TResult<ArrayD<T>> {
 
 /// A convolution's sizes, its input as row-major data and its weights as an O × (C·KH·KW)
 /// matrix (the form im2col multiplies).
-fn conv_operands<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>) -> TResult<(ConvDims, Vec<T>, Array2<T>)> {
-    let d = conv_dims(x.shape(), k.shape())?;
+fn conv_operands<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, cv: Conv) -> TResult<(ConvDims, Vec<T>, Array2<T>)> {
+    let d = conv_dims(x.shape(), k.shape(), cv)?;
     let wm =
         k.as_standard_layout().to_owned().into_shape_with_order((d.o, d.c * d.kh * d.kw)).map_err(|e| e.to_string())?;
     Ok((d, raw(x), wm))
 }
 
-/// Valid (unpadded), stride-1 convolution, NCHW.
-pub fn conv2d<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>) -> TResult<ArrayD<T>> {
-    let (d, xs, wm) = conv_operands(x, k)?;
+/// Convolution with a stride and zero padding, NCHW.
+pub fn conv2d<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, cv: Conv) -> TResult<ArrayD<T>> {
+    let (d, xs, wm) = conv_operands(x, k, cv)?;
     let img = d.c * d.h * d.w;
     let mut out = Array3::<T>::zeros((d.n, d.o, d.oh * d.ow));
     for (n, out_n) in out.outer_iter_mut().enumerate() {
@@ -55,8 +72,8 @@ pub fn conv2d<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>) -> TResult<ArrayD<T>> {
 }
 
 /// The adjoints of `conv2d` with respect to its input and its weights.
-pub fn conv2d_grads<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, g: &ArrayD<T>) -> TResult<(ArrayD<T>, ArrayD<T>)> {
-    let (d, xs, wm) = conv_operands(x, k)?;
+pub fn conv2d_grads<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, g: &ArrayD<T>, cv: Conv) -> TResult<(ArrayD<T>, ArrayD<T>)> {
+    let (d, xs, wm) = conv_operands(x, k, cv)?;
     let gs = raw(g);
     let img = d.c * d.h * d.w;
     let gimg = d.o * d.oh * d.ow;
@@ -74,11 +91,7 @@ pub fn conv2d_grads<T: Real>(x: &ArrayD<T>, k: &ArrayD<T>, g: &ArrayD<T>) -> TRe
             for i in 0..d.kh {
                 for j in 0..d.kw {
                     let row = dcols.row((c * d.kh + i) * d.kw + j);
-                    for y in 0..d.oh {
-                        for xx in 0..d.ow {
-                            dxn[(c * d.h + y + i) * d.w + xx + j] += row[y * d.ow + xx];
-                        }
-                    }
+                    each_tap(&d, c, i, j, |src, col| dxn[src] += row[col]);
                 }
             }
         }

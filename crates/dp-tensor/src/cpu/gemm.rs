@@ -29,6 +29,44 @@ pub fn gemm(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32, c: Ar
     gemm_with(Isa::detect(), max_threads(), alpha, a, b, beta, c);
 }
 
+/// `gemm` on this thread only: one product of a batch whose items already run in parallel.
+pub fn gemm_serial(alpha: f32, a: ArrayView2<f32>, b: ArrayView2<f32>, beta: f32, c: ArrayViewMut2<f32>) {
+    gemm_with(Isa::detect(), 1, alpha, a, b, beta, c);
+}
+
+/// Runs `work(i, alone)` for every i in `0..items` (the products of a batch, `flops_each`
+/// each). When there are enough items to occupy the pool, or each is too small to be worth
+/// splitting itself, the items are spread over the pool's threads and `alone` is false (the
+/// product must stay on its thread: `gemm_serial`); otherwise they run one after another with
+/// `alone` true (each may split itself: `gemm`). Batching this way packs nothing twice and
+/// allocates nothing per item.
+pub fn for_each_product(items: usize, flops_each: f64, work: &(dyn Fn(usize, bool) + Sync)) {
+    let (want, wake) = threads_for(flops_each * items as f64, max_threads());
+    let spread = want > 1 && items >= 2 && (items >= want || flops_each < PAR_MIN_FLOPS_ASLEEP);
+    if !spread {
+        for i in 0..items {
+            work(i, true);
+        }
+        return;
+    }
+    let chunks = want.min(items);
+    // SAFETY: only the lifetime is erased. `pool::run` calls `work` only for claimed chunks and
+    // returns only once every claimed chunk has finished (see `pool::Claims`), so no call
+    // outlives this borrow; a worker that keeps the job afterwards finds nothing to claim.
+    let work =
+        unsafe { std::mem::transmute::<&(dyn Fn(usize, bool) + Sync), &'static (dyn Fn(usize, bool) + Sync)>(work) };
+    pool::run(
+        chunks,
+        want - 1,
+        wake,
+        Box::new(move |t| {
+            for i in t * items / chunks..(t + 1) * items / chunks {
+                work(i, false);
+            }
+        }),
+    );
+}
+
 /// y = alpha * a @ x + beta * y  (a: m x k any strides, x: k, y: m)
 pub fn gemv(alpha: f32, a: ArrayView2<f32>, x: ArrayView1<f32>, beta: f32, y: ArrayViewMut1<f32>) {
     gemv_with(Isa::detect(), alpha, a, x, beta, y);
@@ -379,6 +417,21 @@ fn run_packed_as_is<K: Kernel>(p: Problem, threads: usize) {
     split(p, threads, split_n, K::NR, K::MR, packed_block::<K>);
 }
 
+/// How many threads (of at most `threads`) work of `flops` flops should use, and whether it is
+/// worth waking sleeping workers for (see `PAR_MIN_FLOPS_AWAKE`).
+fn threads_for(flops: f64, threads: usize) -> (usize, bool) {
+    let flops = if force_parallel() { f64::INFINITY } else { flops };
+    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
+    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
+        1
+    } else if wake {
+        threads
+    } else {
+        1 + pool::awake(threads - 1)
+    };
+    (want, wake)
+}
+
 /// Runs `body` over C on up to `threads` threads, each chunk a range of whole `step_n`-column
 /// (if `split_n`) or `step_m`-row blocks; falls back to the other dimension when the chosen one
 /// has too few blocks. How many threads depends on the size of the product (see
@@ -391,16 +444,7 @@ fn split(
     step_m: usize,
     body: fn(&Problem, Range<usize>, Range<usize>),
 ) {
-    let flops = 2.0 * p.m as f64 * p.n as f64 * p.k as f64;
-    let flops = if force_parallel() { f64::INFINITY } else { flops };
-    let wake = flops >= PAR_MIN_FLOPS_ASLEEP;
-    let want = if threads <= 1 || flops < PAR_MIN_FLOPS_AWAKE {
-        1
-    } else if wake {
-        threads
-    } else {
-        1 + pool::awake(threads - 1)
-    };
+    let (want, wake) = threads_for(2.0 * p.m as f64 * p.n as f64 * p.k as f64, threads);
     let (n_blocks, m_blocks) = (p.n.div_ceil(step_n), p.m.div_ceil(step_m));
     let split_n = if n_blocks < want {
         false

@@ -22,6 +22,11 @@ pub fn transpose<T: Clone>(a: &ArrayD<T>) -> ArrayD<T> {
     a.t().as_standard_layout().into_owned()
 }
 
+/// Axis i of the result is axis `perm[i]` of `a` (a permutation, checked by the op's rule).
+pub fn permute<T: Clone>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
+    a.view().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()
+}
+
 pub fn row<T: Clone>(a: &ArrayD<T>, i: usize) -> ArrayD<T> {
     a.index_axis(Axis(0), i).to_owned()
 }

@@ -11,6 +11,7 @@ pub mod gemm;
 pub mod layout;
 pub mod vmath;
 
+use crate::op::Conv;
 use crate::ops::Backend;
 use crate::{fmt_shape, Real, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, Axis, IxDyn};
@@ -29,6 +30,9 @@ impl<T: Real> Backend for ArrayD<T> {
     }
     fn matmul(&self, b: &Self) -> TResult<Self> {
         let (xs, ys) = (self.shape(), b.shape());
+        if xs.len() > 2 || ys.len() > 2 {
+            return batched_product(self, b);
+        }
         let shape: Vec<usize> = xs[..xs.len() - 1].iter().chain(&ys[1..]).copied().collect();
         let mut out = ArrayD::zeros(IxDyn(&shape));
         product_into(&mut out, self, false, b, false, T::zero())?;
@@ -89,6 +93,9 @@ impl<T: Real> Backend for ArrayD<T> {
     }
     fn transpose(&self) -> TResult<Self> {
         Ok(layout::transpose(self))
+    }
+    fn permute(&self, perm: &[usize]) -> TResult<Self> {
+        Ok(layout::permute(self, perm))
     }
     fn row(&self, i: usize) -> TResult<Self> {
         Ok(layout::row(self, i))
@@ -154,16 +161,92 @@ impl<T: Real> Backend for ArrayD<T> {
         }
         Ok(out)
     }
-    fn conv2d(&self, w: &Self) -> TResult<Self> {
-        conv::conv2d(self, w)
+    fn conv2d(&self, w: &Self, cv: Conv) -> TResult<Self> {
+        conv::conv2d(self, w, cv)
     }
-    fn conv2d_grad(&self, w: &Self, g: &Self, input: bool) -> TResult<Self> {
-        let (dx, dw) = conv::conv2d_grads(self, w, g)?;
+    fn conv2d_grad(&self, w: &Self, g: &Self, cv: Conv, input: bool) -> TResult<Self> {
+        let (dx, dw) = conv::conv2d_grads(self, w, g, cv)?;
         Ok(if input { dx } else { dw })
     }
     fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self> {
         conv::pool(self, k, other, pick)
     }
+}
+
+/// The output buffer of a batched product, written by several threads at once: each product
+/// of the batch writes its own disjoint m × n block.
+struct Blocks<T>(*mut T);
+
+// SAFETY: the pointer is only offset to distinct blocks, one per product (`batched_product`).
+unsafe impl<T> Send for Blocks<T> {}
+unsafe impl<T> Sync for Blocks<T> {}
+
+impl<T> Blocks<T> {
+    fn at(&self, offset: usize) -> *mut T {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// For each position of the broadcast batch shape `batch` (row-major), the index of the
+/// matrix an operand with batch shape `own` contributes there (NumPy broadcasting).
+fn batch_index(own: &[usize], batch: &[usize]) -> Vec<usize> {
+    let pad = batch.len() - own.len();
+    let mut stride = vec![0; batch.len()];
+    let mut s = 1;
+    for d in (0..own.len()).rev() {
+        stride[d + pad] = if own[d] == 1 { 0 } else { s };
+        s *= own[d];
+    }
+    let total: usize = batch.iter().product();
+    let mut out = Vec::with_capacity(total);
+    let mut idx = vec![0; batch.len()];
+    for _ in 0..total {
+        out.push(idx.iter().zip(&stride).map(|(i, s)| i * s).sum());
+        for d in (0..batch.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < batch[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// `@` with a rank-3-or-more operand: stacks of matrices with broadcast batch axes, as NumPy's
+/// `matmul` (a rank-1 operand is a row on the left, a column on the right, its axis dropped).
+/// Each product of the batch is one call of dp's GEMM on views of the operands, written
+/// straight into its block of the result; the batch is spread over the threads when that pays
+/// (`gemm::for_each_product`).
+fn batched_product<T: Real>(x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
+    let (xs, ys) = (x.shape(), y.shape());
+    let out_shape = crate::op::matmul_shape(xs, ys)?;
+    let ((bx, m, k), (by, _, n)) = (crate::op::as_stack(xs, true), crate::op::as_stack(ys, false));
+    let batch = crate::broadcast_shape(&bx, &by)?;
+    let (ix, iy) = (batch_index(&bx, &batch), batch_index(&by, &batch));
+    let (xc, yc) = (x.as_standard_layout(), y.as_standard_layout());
+    let internal = || TensorError::internal("a batched product of non-contiguous operands");
+    let (xd, yd) = (xc.as_slice().ok_or_else(internal)?, yc.as_slice().ok_or_else(internal)?);
+    let mut out = vec![T::zero(); ix.len() * m * n];
+    let blocks = Blocks(out.as_mut_ptr());
+    let work = |i: usize, alone: bool| {
+        let (a, b) = (&xd[ix[i] * m * k..][..m * k], &yd[iy[i] * k * n..][..k * n]);
+        // Shapes fit their slices by construction, so these views cannot fail.
+        let (Ok(a), Ok(b)) = (ndarray::ArrayView2::from_shape((m, k), a), ndarray::ArrayView2::from_shape((k, n), b))
+        else {
+            return;
+        };
+        // SAFETY: block i of `out` (m·n elements from i·m·n) is inside the buffer, which
+        // outlives this call, and no other product of the batch touches it.
+        let c = unsafe { ndarray::ArrayViewMut2::from_shape_ptr((m, n), blocks.at(i * m * n)) };
+        if alone {
+            T::gemm(T::one(), a, b, T::zero(), c);
+        } else {
+            T::gemm_serial(T::one(), a, b, T::zero(), c);
+        }
+    };
+    gemm::for_each_product(ix.len(), 2.0 * (m * n * k) as f64, &work);
+    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?)
 }
 
 /// The position of the first NaN, else of the first largest element (row-major), as NumPy's

@@ -5,8 +5,8 @@
 //! device and leaves the index there.
 
 use super::{context, Gpu, GpuTensor};
-use crate::op::{Bin, Cmp, Un};
-use crate::{broadcast_shape, fmt_shape, TResult, TensorError};
+use crate::op::{Bin, Cmp, Conv, Un};
+use crate::{broadcast_shape, fmt_shape, TResult};
 
 const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
 const UNARY: (&str, &str) = ("unary.wgsl", include_str!("shaders/unary.wgsl"));
@@ -237,11 +237,23 @@ pub fn full(shape: &[usize], v: f32) -> TResult<GpuTensor> {
     Ok(out)
 }
 
-/// C = A · B for A [m, k], B [k, n] (row-major), giving [m, n].
-fn gemm(a: &GpuTensor, b: &GpuTensor, m: usize, k: usize, n: usize, shape: Vec<usize>) -> TResult<GpuTensor> {
+/// A stack of products C_z = A_z · B_z (row-major [m, k] and [k, n] matrices; `a_stride` and
+/// `b_stride` are the distance between consecutive operands, 0 for one matrix broadcast over
+/// the stack), giving `batch` [m, n] matrices of shape `shape`.
+struct Stack {
+    m: usize,
+    k: usize,
+    n: usize,
+    batch: usize,
+    a_stride: usize,
+    b_stride: usize,
+}
+
+fn gemm(a: &GpuTensor, b: &GpuTensor, p: Stack, shape: Vec<usize>) -> TResult<GpuTensor> {
+    let Stack { m, k, n, batch, a_stride, b_stride } = p;
     let g = context()?;
     let out = new_output(g, shape)?;
-    if m == 0 || n == 0 {
+    if m == 0 || n == 0 || batch == 0 {
         return Ok(out);
     }
     if k == 0 {
@@ -249,26 +261,54 @@ fn gemm(a: &GpuTensor, b: &GpuTensor, m: usize, k: usize, n: usize, shape: Vec<u
         return Ok(out);
     }
     // 64×64 tiles when they make enough workgroups to fill a GPU, else 32×32 ones.
-    let tile = if n.div_ceil(64) * m.div_ceil(64) >= 128 { 64 } else { 32 };
+    let tile = if n.div_ceil(64) * m.div_ceil(64) * batch >= 128 { 64 } else { 32 };
     let p = pipe(g, MATMUL, if tile == 64 { "matmul" } else { "matmul_32" })?;
-    let prm =
-        g.meta(&[u32_of(m, "a matrix dimension")?, u32_of(n, "a matrix dimension")?, u32_of(k, "a matrix dimension")?]);
     let (x, y) = (u32_of(n.div_ceil(tile), "a grid dimension")?, u32_of(m.div_ceil(tile), "a grid dimension")?);
-    g.dispatch_xy(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], x, y)?;
+    let dim = |v: usize| u32_of(v, "a matrix dimension");
+    let step = g.max_groups() as usize;
+    for z0 in (0..batch).step_by(step) {
+        let prm = g.meta(&[dim(m)?, dim(n)?, dim(k)?, dim(a_stride)?, dim(b_stride)?, dim(z0)?]);
+        let z = u32_of((batch - z0).min(step), "a grid dimension")?;
+        g.dispatch_xyz(&p, &[(0, &prm), (1, a.raw()), (2, b.raw()), (3, out.raw())], x, y, z)?;
+    }
     Ok(out)
 }
 
-/// `@`: matrix-matrix, matrix-vector, vector-matrix and vector-vector, as on the CPU (the
-/// shapes have passed `TOp::MatMul`'s rule).
+/// `@` with NumPy's `matmul` semantics, as on the CPU (the shapes have passed `TOp::MatMul`'s
+/// rule): a rank-1 operand is a row on the left, a column on the right; axes before the last
+/// two are batch axes that broadcast. An operand whose batch is all ones is read once for
+/// every product (stride 0); one broadcast partly is copied out to the full batch first.
 pub fn matmul(a: &GpuTensor, b: &GpuTensor) -> TResult<GpuTensor> {
     let (sa, sb) = (&a.shape, &b.shape);
-    match (sa.len(), sb.len()) {
-        (2, 2) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], sb[1], vec![sa[0], sb[1]]),
-        (2, 1) if sa[1] == sb[0] => gemm(a, b, sa[0], sa[1], 1, vec![sa[0]]),
-        (1, 2) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], sb[1], vec![sb[1]]),
-        (1, 1) if sa[0] == sb[0] => gemm(a, b, 1, sa[0], 1, vec![]),
-        _ => Err(TensorError::internal(format!("a GPU product of shapes {} and {}", fmt_shape(sa), fmt_shape(sb)))),
-    }
+    let shape = crate::op::matmul_shape(sa, sb)?;
+    let ((ba, m, k), (bb, _, n)) = (crate::op::as_stack(sa, true), crate::op::as_stack(sb, false));
+    let batch_shape = broadcast_shape(&ba, &bb)?;
+    let batch: usize = batch_shape.iter().product();
+    // Each operand as a stack of `batch` matrices, or one matrix for all (stride 0).
+    let stacked = |t: &GpuTensor, own: &[usize], rows: usize, cols: usize| -> TResult<(GpuTensor, usize)> {
+        if own.iter().product::<usize>() == 1 {
+            Ok((t.clone(), 0))
+        } else if own == &batch_shape[..] {
+            Ok((t.clone(), rows * cols))
+        } else {
+            let full: Vec<usize> = batch_shape.iter().copied().chain([rows, cols]).collect();
+            Ok((broadcast_to(&t.reshaped(own.iter().copied().chain([rows, cols]).collect()), &full)?, rows * cols))
+        }
+    };
+    let (a, a_stride) = stacked(a, &ba, m, k)?;
+    let (b, b_stride) = stacked(b, &bb, k, n)?;
+    gemm(&a, &b, Stack { m, k, n, batch, a_stride, b_stride }, shape)
+}
+
+/// Axis i of the result is axis `perm[i]` of x (a permutation, checked by the op's rule).
+pub fn permute(x: &GpuTensor, perm: &[usize]) -> TResult<GpuTensor> {
+    let g = context()?;
+    let shape: Vec<usize> = perm.iter().map(|&a| x.shape[a]).collect();
+    let out = new_output(g, shape.clone())?;
+    let st = strides(&x.shape);
+    let src_st: Vec<usize> = perm.iter().map(|&a| st[a]).collect();
+    strided_copy(x.raw(), 0, &src_st, out.raw(), 0, &strides(&shape), &shape)?;
+    Ok(out)
 }
 
 /// Reduction codes of `reduce.wgsl`'s `reduce_all`.
@@ -484,12 +524,8 @@ fn strided_copy(
 
 /// Reverses the axes.
 pub fn transpose(x: &GpuTensor) -> TResult<GpuTensor> {
-    let g = context()?;
-    let shape: Vec<usize> = x.shape.iter().rev().copied().collect();
-    let out = new_output(g, shape.clone())?;
-    let src_st: Vec<usize> = strides(&x.shape).into_iter().rev().collect();
-    strided_copy(x.raw(), 0, &src_st, out.raw(), 0, &strides(&shape), &shape)?;
-    Ok(out)
+    let perm: Vec<usize> = (0..x.shape.len()).rev().collect();
+    permute(x, &perm)
 }
 
 /// Broadcasts `x` up to `shape`.
@@ -601,12 +637,12 @@ pub fn copy(x: &GpuTensor) -> TResult<GpuTensor> {
 }
 
 fn conv_prm(d: &crate::op::ConvDims) -> TResult<Vec<u32>> {
-    words(&[d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow])
+    words(&[d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.stride, d.pad])
 }
 
-/// Valid, stride-1 convolution of x [N, C, H, W] with w [O, C, KH, KW].
-pub fn conv2d(x: &GpuTensor, w: &GpuTensor) -> TResult<GpuTensor> {
-    let d = crate::op::conv_dims(&x.shape, &w.shape)?;
+/// Convolution of x [N, C, H, W] with w [O, C, KH, KW], with a stride and zero padding.
+pub fn conv2d(x: &GpuTensor, w: &GpuTensor, cv: Conv) -> TResult<GpuTensor> {
+    let d = crate::op::conv_dims(&x.shape, &w.shape, cv)?;
     let g = context()?;
     let out = new_output(g, vec![d.n, d.o, d.oh, d.ow])?;
     if out.is_empty() {
@@ -619,8 +655,8 @@ pub fn conv2d(x: &GpuTensor, w: &GpuTensor) -> TResult<GpuTensor> {
 }
 
 /// The adjoints of conv2d with respect to its input (`input` true) or its weights.
-pub fn conv2d_grad(x: &GpuTensor, w: &GpuTensor, gr: &GpuTensor, input: bool) -> TResult<GpuTensor> {
-    let d = crate::op::conv_dims(&x.shape, &w.shape)?;
+pub fn conv2d_grad(x: &GpuTensor, w: &GpuTensor, gr: &GpuTensor, cv: Conv, input: bool) -> TResult<GpuTensor> {
+    let d = crate::op::conv_dims(&x.shape, &w.shape, cv)?;
     let g = context()?;
     let out = new_output(g, if input { x.shape.clone() } else { w.shape.clone() })?;
     if out.is_empty() {

@@ -412,14 +412,32 @@ impl Gpu {
         x: u32,
         y: u32,
     ) -> TResult<()> {
-        if x == 0 || y == 0 {
+        self.dispatch_xyz(pipeline, buffers, x, y, 1)
+    }
+
+    /// The largest number of workgroups along one axis of a grid.
+    pub fn max_groups(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension
+    }
+
+    /// Records one dispatch over an explicit 3-D grid of workgroups.
+    pub fn dispatch_xyz(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+        x: u32,
+        y: u32,
+        z: u32,
+    ) -> TResult<()> {
+        if x == 0 || y == 0 || z == 0 {
             return Ok(());
         }
         let max = self.limits.max_compute_workgroups_per_dimension;
-        if x > max || y > max {
-            return Err(
-                format!("a GPU dispatch of {x} × {y} workgroups exceeds the limit of {max} per dimension").into()
-            );
+        if x > max || y > max || z > max {
+            return Err(format!(
+                "a GPU dispatch of {x} × {y} × {z} workgroups exceeds the limit of {max} per dimension"
+            )
+            .into());
         }
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = buffers
@@ -435,7 +453,7 @@ impl Gpu {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x, y, 1);
+            pass.dispatch_workgroups(x, y, z);
         })
     }
 

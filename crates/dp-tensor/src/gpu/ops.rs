@@ -4,7 +4,7 @@
 
 use super::kernels::{self as k, Fold, UnOp};
 use super::GpuTensor;
-use crate::op::{Bin, Cmp, Un};
+use crate::op::{Bin, Cmp, Conv, Un};
 use crate::ops::Backend;
 use crate::{TResult, Tensor, TensorError};
 
@@ -58,6 +58,9 @@ impl Backend for GpuTensor {
     fn transpose(&self) -> TResult<Self> {
         k::transpose(self)
     }
+    fn permute(&self, perm: &[usize]) -> TResult<Self> {
+        k::permute(self, perm)
+    }
     fn row(&self, i: usize) -> TResult<Self> {
         k::row(self, i)
     }
@@ -96,11 +99,11 @@ impl Backend for GpuTensor {
     fn argmax_mask(&self) -> TResult<Self> {
         k::argmax_mask(self)
     }
-    fn conv2d(&self, w: &Self) -> TResult<Self> {
-        k::conv2d(self, w)
+    fn conv2d(&self, w: &Self, cv: Conv) -> TResult<Self> {
+        k::conv2d(self, w, cv)
     }
-    fn conv2d_grad(&self, w: &Self, g: &Self, input: bool) -> TResult<Self> {
-        k::conv2d_grad(self, w, g, input)
+    fn conv2d_grad(&self, w: &Self, g: &Self, cv: Conv, input: bool) -> TResult<Self> {
+        k::conv2d_grad(self, w, g, cv, input)
     }
     fn max_pool(&self, kk: usize, other: Option<&Self>, pick: bool) -> TResult<Self> {
         k::max_pool(self, kk, other, pick)

@@ -1,8 +1,9 @@
-// Valid, stride-1 2-D convolution (NCHW input, OCKK weights) and k×k, stride-k max pooling,
-// with their adjoints. Direct loops: one thread per output (or input) element, except the
+// 2-D convolution (NCHW input, OCKK weights; a stride S and zero padding P on every side:
+// output (y, x) reads input (y·S − P + i, x·S − P + j)) and k×k, stride-k max pooling, with
+// their adjoints. Direct loops: one thread per output (or input) element, except the
 // weight adjoint, which folds N·OH·OW products per weight with a tree in workgroup memory.
 // Workgroup ids are linearised over a 2-D grid.
-// conv prm: [N, C, H, W, O, KH, KW, OH, OW]
+// conv prm: [N, C, H, W, O, KH, KW, OH, OW, S, P]
 // pool prm: [planes (N·C), H, W, k, OH, OW]
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
@@ -17,7 +18,25 @@ fn gid(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
 }
 
-// out[n, o, y, x] = Σ_{c, i, j} x[n, c, y + i, x + j] · w[o, c, i, j]
+// The input row (or column) output position o reads at kernel offset i, or -1 in the padding.
+fn src_pos(o: u32, i: u32, len: u32) -> i32 {
+    let p = i32(o * prm[9] + i) - i32(prm[10]);
+    if (p < 0 || p >= i32(len)) {
+        return -1;
+    }
+    return p;
+}
+
+// The output position whose kernel offset i reads input position p, or -1 if none does.
+fn dst_pos(p: u32, i: u32, len: u32) -> i32 {
+    let t = i32(p + prm[10]) - i32(i);
+    if (t < 0 || u32(t) % prm[9] != 0u || u32(t) / prm[9] >= len) {
+        return -1;
+    }
+    return i32(u32(t) / prm[9]);
+}
+
+// out[n, o, y, x] = Σ_{c, i, j} x[n, c, y·S − P + i, x·S − P + j] · w[o, c, i, j]
 @compute @workgroup_size(256)
 fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
@@ -34,17 +53,24 @@ fn conv2d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     var acc = 0.0;
     for (var c = 0u; c < C; c = c + 1u) {
         for (var i = 0u; i < KH; i = i + 1u) {
-            let xrow = ((n * C + c) * H + oy + i) * W + ox;
+            let sy = src_pos(oy, i, H);
+            if (sy < 0) {
+                continue;
+            }
+            let xrow = ((n * C + c) * H + u32(sy)) * W;
             let wrow = ((o * C + c) * KH + i) * KW;
             for (var j = 0u; j < KW; j = j + 1u) {
-                acc = fma(x[xrow + j], w[wrow + j], acc);
+                let sx = src_pos(ox, j, W);
+                if (sx >= 0) {
+                    acc = fma(x[xrow + u32(sx)], w[wrow + j], acc);
+                }
             }
         }
     }
     out[t] = acc;
 }
 
-// dx[n, c, h, w] = Σ_{o, i, j} g[n, o, h - i, w - j] · w[o, c, i, j] over valid positions
+// dx[n, c, h, w] = Σ_{o, i, j} g[n, o, y, x] · w[o, c, i, j] over the (y, x) that read (h, w)
 @compute @workgroup_size(256)
 fn conv2d_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
@@ -61,14 +87,16 @@ fn conv2d_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     var acc = 0.0;
     for (var o = 0u; o < O; o = o + 1u) {
         for (var i = 0u; i < KH; i = i + 1u) {
-            if (py < i || py - i >= OH) {
+            let y = dst_pos(py, i, OH);
+            if (y < 0) {
                 continue;
             }
             for (var j = 0u; j < KW; j = j + 1u) {
-                if (px < j || px - j >= OW) {
+                let xx = dst_pos(px, j, OW);
+                if (xx < 0) {
                     continue;
                 }
-                acc = fma(g[((n * O + o) * OH + py - i) * OW + px - j], w[((o * C + c) * KH + i) * KW + j], acc);
+                acc = fma(g[((n * O + o) * OH + u32(y)) * OW + u32(xx)], w[((o * C + c) * KH + i) * KW + j], acc);
             }
         }
     }
@@ -77,7 +105,8 @@ fn conv2d_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 
 var<workgroup> tree: array<f32, 256>;
 
-// dw[o, c, i, j] = Σ_{n, y, x} g[n, o, y, x] · x[n, c, y + i, x + j]: one workgroup per weight.
+// dw[o, c, i, j] = Σ_{n, y, x} g[n, o, y, x] · x[n, c, y·S − P + i, x·S − P + j]: one
+// workgroup per weight.
 @compute @workgroup_size(256)
 fn conv2d_dw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
@@ -97,7 +126,11 @@ fn conv2d_dw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         let n = e / per;
         let y = (e % per) / OW;
         let xx = e % OW;
-        acc = fma(g[((n * O + o) * OH + y) * OW + xx], x[((n * C + c) * H + y + i) * W + xx + j], acc);
+        let sy = src_pos(y, i, H);
+        let sx = src_pos(xx, j, W);
+        if (sy >= 0 && sx >= 0) {
+            acc = fma(g[((n * O + o) * OH + y) * OW + xx], x[((n * C + c) * H + u32(sy)) * W + u32(sx)], acc);
+        }
     }
     tree[lid] = acc;
     workgroupBarrier();

@@ -3,7 +3,10 @@
 // ty + 16i, columns tx + 16j, so neighbouring threads touch neighbouring addresses). The K
 // axis is walked 16 at a time: the workgroup stages a 64×16 tile of A and a 16×64 tile of B
 // in workgroup memory, then every thread accumulates from there.
-// Grid: (ceil(N / 64), ceil(M / 64)). prm: [M, N, K]
+// A batch of such products (stacks of matrices, `@` of rank ≥ 3) is the grid's z axis:
+// product z reads A at z·a_stride and B at z·b_stride (a stride 0 broadcasts one matrix over
+// the batch) and writes C at z·M·N; z0 offsets z when a batch needs several dispatches.
+// Grid: (ceil(N / 64), ceil(M / 64), batch). prm: [M, N, K, a_stride, b_stride, z0]
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -22,6 +25,10 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let m = prm[0];
     let n = prm[1];
     let k = prm[2];
+    let z = wid.z + prm[5];
+    let ao = z * prm[3];
+    let bo = z * prm[4];
+    let co = z * m * n;
     let row0 = wid.y * TS;
     let col0 = wid.x * TS;
     var acc: array<f32, 16>;
@@ -36,7 +43,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
             let ak = e % TK;
             var av = 0.0;
             if (row0 + am < m && k0 + ak < k) {
-                av = a[(row0 + am) * k + k0 + ak];
+                av = a[ao + (row0 + am) * k + k0 + ak];
             }
             as_[ak * TS + am] = av;
             // B: 16 rows × 64 columns, consecutive threads along N.
@@ -44,7 +51,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
             let bn = e % TS;
             var bv = 0.0;
             if (k0 + bk < k && col0 + bn < n) {
-                bv = b[(k0 + bk) * n + col0 + bn];
+                bv = b[bo + (k0 + bk) * n + col0 + bn];
             }
             bs[bk * TS + bn] = bv;
         }
@@ -69,14 +76,14 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
         for (var j = 0u; j < 4u; j = j + 1u) {
             let col = col0 + lid.x + 16u * j;
             if (r < m && col < n) {
-                c[r * n + col] = acc[i * 4u + j];
+                c[co + r * n + col] = acc[i * 4u + j];
             }
         }
     }
 }
 
 // The same with 32×32 tiles (2×2 per thread): four times the workgroups, for products too
-// small to fill the GPU with 64×64 tiles. Grid: (ceil(N / 32), ceil(M / 32)).
+// small to fill the GPU with 64×64 tiles. Grid: (ceil(N / 32), ceil(M / 32), batch).
 const SS: u32 = 32u;
 
 var<workgroup> as32: array<f32, 512>; // [TK][SS]
@@ -88,6 +95,10 @@ fn matmul_32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
     let m = prm[0];
     let n = prm[1];
     let k = prm[2];
+    let z = wid.z + prm[5];
+    let ao = z * prm[3];
+    let bo = z * prm[4];
+    let co = z * m * n;
     let row0 = wid.y * SS;
     let col0 = wid.x * SS;
     var acc: array<f32, 4>;
@@ -101,14 +112,14 @@ fn matmul_32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
             let ak = e % TK;
             var av = 0.0;
             if (row0 + am < m && k0 + ak < k) {
-                av = a[(row0 + am) * k + k0 + ak];
+                av = a[ao + (row0 + am) * k + k0 + ak];
             }
             as32[ak * SS + am] = av;
             let bk = e / SS;
             let bn = e % SS;
             var bv = 0.0;
             if (k0 + bk < k && col0 + bn < n) {
-                bv = b[(k0 + bk) * n + col0 + bn];
+                bv = b[bo + (k0 + bk) * n + col0 + bn];
             }
             bs32[bk * SS + bn] = bv;
         }
@@ -130,7 +141,7 @@ fn matmul_32(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
         for (var j = 0u; j < 2u; j = j + 1u) {
             let col = col0 + lid.x + 16u * j;
             if (r < m && col < n) {
-                c[r * n + col] = acc[i * 2u + j];
+                c[co + r * n + col] = acc[i * 2u + j];
             }
         }
     }
