@@ -39,6 +39,7 @@
 //! operations, `matmul.rs` for the fused reverse rule of `@` — are the one table of derivatives
 //! for both modes.
 
+mod custom;
 mod host;
 mod matmul;
 pub mod rules;
@@ -46,11 +47,13 @@ pub mod tensor;
 
 use crate::core::Prim;
 use crate::runtime::perturbed::{
-    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, Tracked,
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, RuleCall, Suspended,
+    Tracked,
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Tensor, Un};
+pub use custom::{custom_level, dual_result, peel, record_custom, resume_backward, tangents_at};
 pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -464,14 +467,40 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
     Ok(())
 }
 
+/// Where a backward pass stands when it stops: finished with the `grad`'s result, or paused at
+/// a custom rule's record for the machine to run the rule's dp code (whose result goes to
+/// `resume_backward`).
+pub enum Back {
+    Done(Value),
+    Call(Box<Suspended>, RuleCall),
+}
+
 /// The handler's work once `f` has returned `y`: seed, return through the adjoint frames,
 /// read the argument's adjoints.
-pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Value> {
+pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Back> {
     let tag = state.tag;
-    match &y {
-        Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
-        _ => {}
+    match state.seed.take() {
+        None => match &y {
+            Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
+            _ => {}
+        },
+        Some(seed) => {
+            zip_leaves(y.clone(), seed, &mut |leaf, g| {
+                if let Value::Tracked(o) = &leaf {
+                    if o.tag == tag {
+                        accumulate(m, o, g)?;
+                    }
+                }
+                Ok(Value::Unit)
+            })?;
+        }
     }
+    run_backward(m, state, y)
+}
+
+/// The backward pass from the newest record left in `state` on (see `backward`).
+fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Back> {
+    let tag = state.tag;
     let mut n = 0u32;
     let mut outer = matmul::OuterSums::default();
     while let Some(frame) = state.frames.pop() {
@@ -513,6 +542,13 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                     }
                 }
             }
+            AdjFrame::Custom(frame) => {
+                // The rule is dp code: the machine runs it, and then `resume_backward`.
+                outer.flush_all(m)?;
+                if let Some((inputs, call)) = custom::rule_call(m, tag, *frame)? {
+                    return Ok(Back::Call(Box::new(Suspended { state, y, inputs }), call));
+                }
+            }
             AdjFrame::Op(frame) => {
                 let OpFrame { out, op, inputs, primals } = *frame;
                 outer.flush(m, &out)?;
@@ -548,9 +584,9 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
         })
     })?;
     if state.with_value {
-        Ok(Value::Tuple(Rc::new(vec![primal_at(&y, tag), grads])))
+        Ok(Back::Done(Value::Tuple(Rc::new(vec![primal_at(&y, tag), grads]))))
     } else {
-        Ok(grads)
+        Ok(Back::Done(grads))
     }
 }
 
