@@ -9,7 +9,7 @@
 //! forward mode `custom_jvp`'s tangent is its rule's result; `custom_vjp` and `checkpoint`
 //! have no forward rule there, and a `jvp` differentiates their `f` itself.
 
-use super::{accumulate, innermost, live, map_leaves, primal_at, run_backward, zero_like, zip_leaves, Back, Host};
+use super::{accumulate, add_leafwise, innermost, live, map_leaves, primal_at, run_backward, zero_like, zip_leaves, Back, Host};
 use crate::runtime::perturbed::{
     strip, tag_of, AdjFrame, CustomFrame, Dual, Rule, RuleCall, Suspended, Tracked,
 };
@@ -123,15 +123,6 @@ pub(super) fn rule_call<H: Host>(m: &mut H, tag: u32, frame: CustomFrame) -> FRe
 /// of this level and goes on with the backward pass.
 pub fn resume_backward<H: Host>(m: &mut H, paused: Suspended, xbar: Value) -> FResult<Back> {
     let Suspended { state, y, inputs } = paused;
-    let tag = state.tag;
-    zip_leaves(inputs, xbar, &mut |input, g| {
-        // (Not `live`: this level's prompt has ended, but its cells are what the pass fills.)
-        if let Value::Tracked(t) = &input {
-            if t.tag == tag {
-                accumulate(m, t, g)?;
-            }
-        }
-        Ok(Value::Unit)
-    })?;
+    add_leafwise(m, state.tag, inputs, xbar)?;
     run_backward(m, state, y)
 }

@@ -103,10 +103,11 @@ pub fn zip_leaves(a: Value, b: Value, f: &mut dyn FnMut(Value, Value) -> FResult
         (a @ (Value::Nil | Value::Cons(_)), b @ (Value::Nil | Value::Cons(_))) => {
             let (xs, ys) = (take_list(a), take_list(b));
             if xs.len() != ys.len() {
+                // (Shared by jvp's tangents, the tree functions and custom rules' results.)
                 return Err(Fault::new(format!(
-                    "jvp: the tangent list has {} elements, the point {}",
-                    ys.len(),
-                    xs.len()
+                    "two structures that must have the same shape hold lists of {} and {} elements",
+                    xs.len(),
+                    ys.len()
                 )));
             }
             let items = xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
@@ -484,18 +485,25 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
             Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
             _ => {}
         },
-        Some(seed) => {
-            zip_leaves(y.clone(), seed, &mut |leaf, g| {
-                if let Value::Tracked(o) = &leaf {
-                    if o.tag == tag {
-                        accumulate(m, o, g)?;
-                    }
-                }
-                Ok(Value::Unit)
-            })?;
-        }
+        Some(seed) => add_leafwise(m, tag, y.clone(), seed)?,
     }
     run_backward(m, state, y)
+}
+
+/// Adds each leaf of `adjoint` to the matching leaf of `cells` where that is a cell of level
+/// `tag` (a leaf of another level or a constant there takes nothing).
+pub(super) fn add_leafwise<H: Host>(m: &mut H, tag: u32, cells: Value, adjoint: Value) -> FResult<()> {
+    zip_leaves(cells, adjoint, &mut |cell, g| {
+        // (Not `live`: in the backward pass this level's prompt has ended, but its cells are
+        // what the pass fills.)
+        if let Value::Tracked(t) = &cell {
+            if t.tag == tag {
+                accumulate(m, t, g)?;
+            }
+        }
+        Ok(Value::Unit)
+    })?;
+    Ok(())
 }
 
 /// The backward pass from the newest record left in `state` on (see `backward`).

@@ -852,6 +852,12 @@ impl Machine {
                         }
                     }
                 };
+                let checkpointed = |d: &Delim| matches!(d, Delim::Custom(c) if matches!(c.rule, Rule::Checkpoint));
+                if checkpointed(&self.delim) || self.segs[first..].iter().any(|s| checkpointed(&s.delim)) {
+                    // The backward pass reruns `f` alone, without the continuation beyond it.
+                    return Err(Fault::new("`shift` inside `checkpoint`'s function captures beyond it")
+                        .help("the backward pass recomputes that function on its own; put the `reset` inside it"));
+                }
                 let mut captured: Vec<Segment> = self.segs.drain(first..).collect();
                 // The captured levels stop running; resuming the continuation pushes them again.
                 let live = self.levels.partition_point(|l| l.pos < first);
