@@ -89,28 +89,34 @@ pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResu
 
 /// Zips the leaves of two structures of the same shape (by value, as `map_leaves`).
 pub fn zip_leaves(a: Value, b: Value, f: &mut dyn FnMut(Value, Value) -> FResult<Value>) -> FResult<Value> {
+    zip_leaves_or(a, b, &|n, m| format!("two structures that must have the same shape hold lists of {n} and {m} elements"), f)
+}
+
+/// `zip_leaves`, with the message for lists of different lengths (`a`'s length, `b`'s).
+fn zip_leaves_or(
+    a: Value,
+    b: Value,
+    mismatch: &dyn Fn(usize, usize) -> String,
+    f: &mut dyn FnMut(Value, Value) -> FResult<Value>,
+) -> FResult<Value> {
+    let mut go = |p, q, f: &mut dyn FnMut(Value, Value) -> FResult<Value>| zip_leaves_or(p, q, mismatch, f);
     Ok(match (a, b) {
         (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
-            take(x).into_iter().zip(take(y)).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+            take(x).into_iter().zip(take(y)).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?,
         )),
         (Value::Record(x), Value::Record(y)) if x.names == y.names => {
             let (RecordVal { names, values: xs }, ys) = (take(x), take(y).values);
             Value::Record(Rc::new(RecordVal {
                 names,
-                values: xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+                values: xs.into_iter().zip(ys).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?,
             }))
         }
         (a @ (Value::Nil | Value::Cons(_)), b @ (Value::Nil | Value::Cons(_))) => {
             let (xs, ys) = (take_list(a), take_list(b));
             if xs.len() != ys.len() {
-                // (Shared by jvp's tangents, the tree functions and custom rules' results.)
-                return Err(Fault::new(format!(
-                    "two structures that must have the same shape hold lists of {} and {} elements",
-                    xs.len(),
-                    ys.len()
-                )));
+                return Err(Fault::new(mismatch(xs.len(), ys.len())));
             }
-            let items = xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
+            let items = xs.into_iter().zip(ys).map(|(p, q)| go(p, q, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
         (a, b) => f(a, b)?,
@@ -150,7 +156,12 @@ pub fn wrap(x: &Value, tag: u32) -> FResult<Value> {
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
 pub fn dual(x: &Value, v: &Value, tag: u32) -> FResult<Value> {
-    zip_leaves(x.clone(), v.clone(), &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))))
+    zip_leaves_or(
+        x.clone(),
+        v.clone(),
+        &|n, m| format!("jvp: the tangent list has {m} elements, the point {n}"),
+        &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))),
+    )
 }
 
 /// The value at `tag`'s level: its primal if it is perturbed by `tag`, itself otherwise.
