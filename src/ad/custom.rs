@@ -9,10 +9,10 @@
 //! forward mode `custom_jvp`'s tangent is its rule's result; `custom_vjp` and `checkpoint`
 //! have no forward rule there, and a `jvp` differentiates their `f` itself.
 
-use super::{accumulate, add_leafwise, innermost, live, map_leaves, primal_at, run_backward, zero_like, zip_leaves, Back, Host};
-use crate::runtime::perturbed::{
-    strip, tag_of, AdjFrame, CustomFrame, Dual, Rule, RuleCall, Suspended, Tracked,
+use super::{
+    accumulate, add_leafwise, innermost, live, map_leaves, primal_at, run_backward, zero_like, zip_leaves, Back, Host,
 };
+use crate::runtime::perturbed::{strip, tag_of, AdjFrame, CustomFrame, Dual, Rule, RuleCall, Suspended, Tracked};
 use crate::runtime::value::{Pap, Value};
 use crate::runtime::FResult;
 use crate::source::Span;

@@ -89,7 +89,12 @@ pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResu
 
 /// Zips the leaves of two structures of the same shape (by value, as `map_leaves`).
 pub fn zip_leaves(a: Value, b: Value, f: &mut dyn FnMut(Value, Value) -> FResult<Value>) -> FResult<Value> {
-    zip_leaves_or(a, b, &|n, m| format!("two structures that must have the same shape hold lists of {n} and {m} elements"), f)
+    zip_leaves_or(
+        a,
+        b,
+        &|n, m| format!("two structures that must have the same shape hold lists of {n} and {m} elements"),
+        f,
+    )
 }
 
 /// `zip_leaves`, with the message for lists of different lengths (`a`'s length, `b`'s).
@@ -101,9 +106,9 @@ fn zip_leaves_or(
 ) -> FResult<Value> {
     let mut go = |p, q, f: &mut dyn FnMut(Value, Value) -> FResult<Value>| zip_leaves_or(p, q, mismatch, f);
     Ok(match (a, b) {
-        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
-            take(x).into_iter().zip(take(y)).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?,
-        )),
+        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
+            Value::Tuple(Rc::new(take(x).into_iter().zip(take(y)).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?))
+        }
         (Value::Record(x), Value::Record(y)) if x.names == y.names => {
             let (RecordVal { names, values: xs }, ys) = (take(x), take(y).values);
             Value::Record(Rc::new(RecordVal {

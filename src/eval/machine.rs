@@ -42,12 +42,27 @@ pub enum BuiltinOut {
 pub enum Control {
     Reset(Value),
     Shift(Value),
-    Grad { f: Value, x: Value, with_value: bool },
-    Jvp { f: Value, x: Value, v: Value },
+    Grad {
+        f: Value,
+        x: Value,
+        with_value: bool,
+    },
+    Jvp {
+        f: Value,
+        x: Value,
+        v: Value,
+    },
     /// `custom_vjp`, `custom_jvp`, `checkpoint`.
-    Custom { f: Value, rule: Rule, x: Value },
+    Custom {
+        f: Value,
+        rule: Rule,
+        x: Value,
+    },
     Exit(i32),
-    Catch { body: Value, handler: Value },
+    Catch {
+        body: Value,
+        handler: Value,
+    },
 }
 
 /// A running `grad` (its prompt) or `jvp` on the segmented stack.
@@ -776,7 +791,9 @@ impl Machine {
                 };
                 let CustomCall { tag, grad, rule, f, inputs, x, y, span } = *call;
                 match (grad, y, rule) {
-                    (true, _, rule) => Ok(Some(Action::Return(ad::record_custom(self, tag, rule, f, inputs, x, v, span)?))),
+                    (true, _, rule) => {
+                        Ok(Some(Action::Return(ad::record_custom(self, tag, rule, f, inputs, x, v, span)?)))
+                    }
                     // Forward mode: `f` has returned; its tangent is the rule's.
                     (false, None, Rule::Jvp(tan)) => {
                         let xdot = ad::tangents_at(self, &inputs, tag)?;
@@ -889,7 +906,8 @@ impl Machine {
                         Action::Apply(f, vec![x], span)
                     } else {
                         let xp = ad::peel(self, &x, tag)?;
-                        let call = CustomCall { tag, grad, rule, f: f.clone(), inputs: x, x: xp.clone(), y: None, span };
+                        let call =
+                            CustomCall { tag, grad, rule, f: f.clone(), inputs: x, x: xp.clone(), y: None, span };
                         self.push_segment(Delim::Custom(Box::new(call)));
                         Action::Apply(f, vec![xp], span)
                     }

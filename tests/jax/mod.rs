@@ -115,10 +115,9 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                 let _ = match wrap {
                     Wrap::None => writeln!(dp, "let f{i} = fun v0 -> {body}"),
                     Wrap::Checkpoint => writeln!(dp, "let f{i} = checkpoint (fun v0 -> {body})"),
-                    Wrap::CustomVjp => writeln!(
-                        dp,
-                        "let f{i} = let p = fun v0 -> {body} in custom_vjp p (fun x y g -> g * grad p x)"
-                    ),
+                    Wrap::CustomVjp => {
+                        writeln!(dp, "let f{i} = let p = fun v0 -> {body} in custom_vjp p (fun x y g -> g * grad p x)")
+                    }
                 };
                 let _ = writeln!(
                     dp,
