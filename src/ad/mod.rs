@@ -104,7 +104,7 @@ fn zip_leaves_or(
     mismatch: &dyn Fn(usize, usize) -> String,
     f: &mut dyn FnMut(Value, Value) -> FResult<Value>,
 ) -> FResult<Value> {
-    let mut go = |p, q, f: &mut dyn FnMut(Value, Value) -> FResult<Value>| zip_leaves_or(p, q, mismatch, f);
+    let go = |p, q, f: &mut dyn FnMut(Value, Value) -> FResult<Value>| zip_leaves_or(p, q, mismatch, f);
     Ok(match (a, b) {
         (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
             Value::Tuple(Rc::new(take(x).into_iter().zip(take(y)).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?))
