@@ -39,6 +39,7 @@
 //! operations, `matmul.rs` for the fused reverse rule of `@` — are the one table of derivatives
 //! for both modes.
 
+mod custom;
 mod host;
 mod matmul;
 pub mod rules;
@@ -46,11 +47,13 @@ pub mod tensor;
 
 use crate::core::Prim;
 use crate::runtime::perturbed::{
-    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, Tracked,
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, RuleCall, Suspended,
+    Tracked,
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Tensor, Un};
+pub use custom::{custom_level, dual_result, peel, record_custom, resume_backward, tangents_at};
 pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -86,27 +89,39 @@ pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResu
 
 /// Zips the leaves of two structures of the same shape (by value, as `map_leaves`).
 pub fn zip_leaves(a: Value, b: Value, f: &mut dyn FnMut(Value, Value) -> FResult<Value>) -> FResult<Value> {
+    zip_leaves_or(
+        a,
+        b,
+        &|n, m| format!("two structures that must have the same shape hold lists of {n} and {m} elements"),
+        f,
+    )
+}
+
+/// `zip_leaves`, with the message for lists of different lengths (`a`'s length, `b`'s).
+fn zip_leaves_or(
+    a: Value,
+    b: Value,
+    mismatch: &dyn Fn(usize, usize) -> String,
+    f: &mut dyn FnMut(Value, Value) -> FResult<Value>,
+) -> FResult<Value> {
+    let go = |p, q, f: &mut dyn FnMut(Value, Value) -> FResult<Value>| zip_leaves_or(p, q, mismatch, f);
     Ok(match (a, b) {
-        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => Value::Tuple(Rc::new(
-            take(x).into_iter().zip(take(y)).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
-        )),
+        (Value::Tuple(x), Value::Tuple(y)) if x.len() == y.len() => {
+            Value::Tuple(Rc::new(take(x).into_iter().zip(take(y)).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?))
+        }
         (Value::Record(x), Value::Record(y)) if x.names == y.names => {
             let (RecordVal { names, values: xs }, ys) = (take(x), take(y).values);
             Value::Record(Rc::new(RecordVal {
                 names,
-                values: xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<_>>()?,
+                values: xs.into_iter().zip(ys).map(|(p, q)| go(p, q, f)).collect::<FResult<_>>()?,
             }))
         }
         (a @ (Value::Nil | Value::Cons(_)), b @ (Value::Nil | Value::Cons(_))) => {
             let (xs, ys) = (take_list(a), take_list(b));
             if xs.len() != ys.len() {
-                return Err(Fault::new(format!(
-                    "jvp: the tangent list has {} elements, the point {}",
-                    ys.len(),
-                    xs.len()
-                )));
+                return Err(Fault::new(mismatch(xs.len(), ys.len())));
             }
-            let items = xs.into_iter().zip(ys).map(|(p, q)| zip_leaves(p, q, f)).collect::<FResult<Vec<_>>>()?;
+            let items = xs.into_iter().zip(ys).map(|(p, q)| go(p, q, f)).collect::<FResult<Vec<_>>>()?;
             Value::list(items.into_iter())
         }
         (a, b) => f(a, b)?,
@@ -146,7 +161,12 @@ pub fn wrap(x: &Value, tag: u32) -> FResult<Value> {
 
 /// `jvp`'s argument: dual numbers pairing each leaf of `x` with the leaf of `v`.
 pub fn dual(x: &Value, v: &Value, tag: u32) -> FResult<Value> {
-    zip_leaves(x.clone(), v.clone(), &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))))
+    zip_leaves_or(
+        x.clone(),
+        v.clone(),
+        &|n, m| format!("jvp: the tangent list has {m} elements, the point {n}"),
+        &mut |primal, tangent| Ok(Value::Dual(Rc::new(Dual { tag, primal, tangent }))),
+    )
 }
 
 /// The value at `tag`'s level: its primal if it is perturbed by `tag`, itself otherwise.
@@ -464,14 +484,47 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
     Ok(())
 }
 
+/// Where a backward pass stands when it stops: finished with the `grad`'s result, or paused at
+/// a custom rule's record for the machine to run the rule's dp code (whose result goes to
+/// `resume_backward`).
+pub enum Back {
+    Done(Value),
+    Call(Box<Suspended>, RuleCall),
+}
+
 /// The handler's work once `f` has returned `y`: seed, return through the adjoint frames,
 /// read the argument's adjoints.
-pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Value> {
+pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Back> {
     let tag = state.tag;
-    match &y {
-        Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
-        _ => {}
+    match state.seed.take() {
+        None => match &y {
+            Value::Tracked(o) if o.tag == tag => *o.adj.borrow_mut() = Some(Value::Float(1.0)),
+            _ => {}
+        },
+        Some(seed) => add_leafwise(m, tag, y.clone(), seed)?,
     }
+    run_backward(m, state, y)
+}
+
+/// Adds each leaf of `adjoint` to the matching leaf of `cells` where that is a cell of level
+/// `tag` (a leaf of another level or a constant there takes nothing).
+pub(super) fn add_leafwise<H: Host>(m: &mut H, tag: u32, cells: Value, adjoint: Value) -> FResult<()> {
+    zip_leaves(cells, adjoint, &mut |cell, g| {
+        // (Not `live`: in the backward pass this level's prompt has ended, but its cells are
+        // what the pass fills.)
+        if let Value::Tracked(t) = &cell {
+            if t.tag == tag {
+                accumulate(m, t, g)?;
+            }
+        }
+        Ok(Value::Unit)
+    })?;
+    Ok(())
+}
+
+/// The backward pass from the newest record left in `state` on (see `backward`).
+fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<Back> {
+    let tag = state.tag;
     let mut n = 0u32;
     let mut outer = matmul::OuterSums::default();
     while let Some(frame) = state.frames.pop() {
@@ -513,6 +566,13 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
                     }
                 }
             }
+            AdjFrame::Custom(frame) => {
+                // The rule is dp code: the machine runs it, and then `resume_backward`.
+                outer.flush_all(m)?;
+                if let Some((inputs, call)) = custom::rule_call(m, tag, *frame)? {
+                    return Ok(Back::Call(Box::new(Suspended { state, y, inputs }), call));
+                }
+            }
             AdjFrame::Op(frame) => {
                 let OpFrame { out, op, inputs, primals } = *frame;
                 outer.flush(m, &out)?;
@@ -548,9 +608,9 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<V
         })
     })?;
     if state.with_value {
-        Ok(Value::Tuple(Rc::new(vec![primal_at(&y, tag), grads])))
+        Ok(Back::Done(Value::Tuple(Rc::new(vec![primal_at(&y, tag), grads]))))
     } else {
-        Ok(grads)
+        Ok(Back::Done(grads))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
 use crate::runtime::code::{Function, Op};
-use crate::runtime::perturbed::{is_ad, strip, AdjFrame, GradState};
+use crate::runtime::perturbed::{is_ad, strip, AdjFrame, CustomCall, GradState, Rule, RuleCall};
 use crate::runtime::stack::{Delim, Frame, Segment};
 use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
 use crate::runtime::{FResult, Fault};
@@ -42,10 +42,27 @@ pub enum BuiltinOut {
 pub enum Control {
     Reset(Value),
     Shift(Value),
-    Grad { f: Value, x: Value, with_value: bool },
-    Jvp { f: Value, x: Value, v: Value },
+    Grad {
+        f: Value,
+        x: Value,
+        with_value: bool,
+    },
+    Jvp {
+        f: Value,
+        x: Value,
+        v: Value,
+    },
+    /// `custom_vjp`, `custom_jvp`, `checkpoint`.
+    Custom {
+        f: Value,
+        rule: Rule,
+        x: Value,
+    },
     Exit(i32),
-    Catch { body: Value, handler: Value },
+    Catch {
+        body: Value,
+        handler: Value,
+    },
 }
 
 /// A running `grad` (its prompt) or `jvp` on the segmented stack.
@@ -754,9 +771,40 @@ impl Machine {
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
                     return Err(Fault::internal("grad prompt without its handler"));
                 };
-                let result = ad::backward(self, *state, v)?;
-                self.restore_below()?;
-                Ok(Some(Action::Return(result)))
+                let back = ad::backward(self, *state, v)?;
+                self.backward_step(back)
+            }
+            Delim::Backward(_) => {
+                // A custom rule's dp code returned the argument's adjoint: the paused backward
+                // pass goes on.
+                let v = ad::settle(self, v)?;
+                let Delim::Backward(paused) = std::mem::replace(&mut self.delim, Delim::Reset) else {
+                    unreachable!("matched above")
+                };
+                let back = ad::resume_backward(self, *paused, v)?;
+                self.backward_step(back)
+            }
+            Delim::Custom(_) => {
+                let v = ad::settle(self, v)?;
+                let Delim::Custom(call) = self.restore_below()? else {
+                    return Err(Fault::internal("a custom rule's delimiter vanished"));
+                };
+                let CustomCall { tag, grad, rule, f, inputs, x, y, span } = *call;
+                match (grad, y, rule) {
+                    (true, _, rule) => {
+                        Ok(Some(Action::Return(ad::record_custom(self, tag, rule, f, inputs, x, v, span)?)))
+                    }
+                    // Forward mode: `f` has returned; its tangent is the rule's.
+                    (false, None, Rule::Jvp(tan)) => {
+                        let xdot = ad::tangents_at(self, &inputs, tag)?;
+                        let rule = Rule::Jvp(tan.clone());
+                        let call = CustomCall { tag, grad, rule, f, inputs, x: x.clone(), y: Some(v), span };
+                        self.push_segment(Delim::Custom(Box::new(call)));
+                        Ok(Some(Action::Apply(tan, vec![x, xdot], span)))
+                    }
+                    (false, Some(y), _) => Ok(Some(Action::Return(ad::dual_result(y, v, tag)?))),
+                    (false, None, _) => Err(Fault::internal("a forward-mode custom call without a tangent rule")),
+                }
             }
             Delim::GradHandler(_) => Err(Fault::internal("returned into a grad handler")),
             &Delim::Jvp(tag) => {
@@ -765,6 +813,40 @@ impl Machine {
                 Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
             }
         }
+    }
+
+    /// The handler's segment is running and its backward pass has stopped: return the `grad`'s
+    /// result to its caller, or keep the pass in this segment's delimiter and run the custom
+    /// rule's dp code above it.
+    fn backward_step(&mut self, back: ad::Back) -> FResult<Option<Action>> {
+        match back {
+            ad::Back::Done(result) => {
+                self.restore_below()?;
+                Ok(Some(Action::Return(result)))
+            }
+            ad::Back::Call(paused, call) => {
+                self.delim = Delim::Backward(paused);
+                Ok(Some(match call {
+                    RuleCall::Apply(f, args, span) => Action::Apply(f, args, span),
+                    RuleCall::Vjp { f, x, seed, span } => self.start_grad(f, x, false, Some(seed), span)?,
+                }))
+            }
+        }
+    }
+
+    /// Sets up a `grad` of `f` at `x` (its handler and prompt segments) and returns the
+    /// application of `f` to the tracked argument. `seed` is the result's adjoint for a
+    /// vector–Jacobian product (default: 1).
+    fn start_grad(&mut self, f: Value, x: Value, with_value: bool, seed: Option<Value>, span: Span) -> FResult<Action> {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let wrapped = ad::wrap(&x, tag)?;
+        let frames = std::mem::take(&mut self.spare_adjoint_frames);
+        let mut state = GradState::new(tag, wrapped.clone(), with_value, frames);
+        state.seed = seed;
+        self.push_segment(Delim::GradHandler(Box::new(state)));
+        self.push_segment(Delim::GradPrompt(tag));
+        Ok(Action::Apply(f, vec![wrapped], span))
     }
 
     fn control(&mut self, c: Control, span: Span) -> FResult<Next> {
@@ -787,6 +869,12 @@ impl Machine {
                         }
                     }
                 };
+                let checkpointed = |d: &Delim| matches!(d, Delim::Custom(c) if matches!(c.rule, Rule::Checkpoint));
+                if checkpointed(&self.delim) || self.segs[first..].iter().any(|s| checkpointed(&s.delim)) {
+                    // The backward pass reruns `f` alone, without the continuation beyond it.
+                    return Err(Fault::new("`shift` inside `checkpoint`'s function captures beyond it")
+                        .help("the backward pass recomputes that function on its own; put the `reset` inside it"));
+                }
                 let mut captured: Vec<Segment> = self.segs.drain(first..).collect();
                 // The captured levels stop running; resuming the continuation pushes them again.
                 let live = self.levels.partition_point(|l| l.pos < first);
@@ -799,20 +887,7 @@ impl Machine {
                 });
                 Action::Apply(f, vec![Value::Cont(Rc::new(Cont { segments: captured }))], span)
             }
-            Control::Grad { f, x, with_value } => {
-                let tag = self.next_tag;
-                self.next_tag += 1;
-                let wrapped = ad::wrap(&x, tag)?;
-                let frames = std::mem::take(&mut self.spare_adjoint_frames);
-                self.push_segment(Delim::GradHandler(Box::new(GradState::new(
-                    tag,
-                    wrapped.clone(),
-                    with_value,
-                    frames,
-                ))));
-                self.push_segment(Delim::GradPrompt(tag));
-                Action::Apply(f, vec![wrapped], span)
-            }
+            Control::Grad { f, x, with_value } => self.start_grad(f, x, with_value, None, span)?,
             Control::Jvp { f, x, v } => {
                 let tag = self.next_tag;
                 self.next_tag += 1;
@@ -820,6 +895,24 @@ impl Machine {
                 self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
+            Control::Custom { f, rule, x } => match ad::custom_level(self, &x)? {
+                // Nothing perturbs the argument: the call is `f x`.
+                None => Action::Apply(f, vec![x], span),
+                Some(tag) => {
+                    let grad = self.grad_handler(tag).is_some();
+                    if !grad && !matches!(rule, Rule::Jvp(_)) {
+                        // No forward rule (`custom_vjp`, `checkpoint`): the `jvp` differentiates
+                        // `f` itself, as it would any code.
+                        Action::Apply(f, vec![x], span)
+                    } else {
+                        let xp = ad::peel(self, &x, tag)?;
+                        let call =
+                            CustomCall { tag, grad, rule, f: f.clone(), inputs: x, x: xp.clone(), y: None, span };
+                        self.push_segment(Delim::Custom(Box::new(call)));
+                        Action::Apply(f, vec![xp], span)
+                    }
+                }
+            },
             Control::Catch { body, handler } => {
                 self.push_segment(Delim::Catch(Box::new((handler, span))));
                 Action::Apply(body, vec![Value::Unit], span)
@@ -974,6 +1067,15 @@ impl Machine {
             B::Jvp => {
                 let (f, x, v) = (arg(), arg(), arg());
                 return Ok(BuiltinOut::Control(Control::Jvp { f, x, v }));
+            }
+            B::CustomVjp | B::CustomJvp => {
+                let (f, r, x) = (arg(), arg(), arg());
+                let rule = if b == B::CustomVjp { Rule::Vjp(r) } else { Rule::Jvp(r) };
+                return Ok(BuiltinOut::Control(Control::Custom { f, rule, x }));
+            }
+            B::Checkpoint => {
+                let (f, x) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Custom { f, rule: Rule::Checkpoint, x }));
             }
             B::Exit => match arg() {
                 Value::Int(n) => return Ok(BuiltinOut::Control(Control::Exit(n as i32))),

@@ -36,6 +36,41 @@ pub enum AdjFrame {
     /// `/`, `**`, …): they are computed in the backward pass from the saved primals, and only
     /// if an adjoint reaches the record.
     Deferred(Box<DeferredFrame>),
+    /// A call of `custom_vjp`, `custom_jvp` or `checkpoint` at this level: its after-code is dp
+    /// code (the rule, or the recomputation), which the backward pass hands to the machine.
+    Custom(Box<CustomFrame>),
+}
+
+/// Where a custom rule's input adjoint comes from.
+#[derive(Clone)]
+pub enum Rule {
+    /// `custom_vjp f bwd`: `bwd x y ybar`.
+    Vjp(Value),
+    /// `custom_jvp f tan`: the transpose of the linear map `tan x`, as the gradient of
+    /// `xdot ↦ ⟨tan x xdot, ybar⟩` (exact when `tan x` is linear, as a tangent map is).
+    Jvp(Value),
+    /// `checkpoint f`: `f` run again under a `grad` seeded with `ybar` (its intermediates were
+    /// not kept in the forward pass).
+    Checkpoint,
+}
+
+#[derive(Clone)]
+pub struct CustomFrame {
+    pub rule: Rule,
+    pub f: Value,
+    /// The argument as the call received it (leaves tracked at the record's level or not):
+    /// the cells the rule's result is added to.
+    pub inputs: Value,
+    /// The argument's and the result's values at the record's level.
+    pub x: Value,
+    pub y: Value,
+    /// The result's leaves as this level's tracked cells, whose adjoints are the rule's `ybar`.
+    pub outputs: Value,
+    /// The result as `f` returned it: a leaf tracked at this level came from a value `f`
+    /// captured (not from its argument), and takes its share of `ybar` through `f`'s records.
+    pub returned: Value,
+    /// The call's place, for faults raised applying the rule.
+    pub span: crate::source::Span,
 }
 
 #[derive(Clone)]
@@ -86,14 +121,54 @@ pub struct GradState {
     pub with_value: bool,
     /// The adjoint records of the operations recorded so far, oldest first.
     pub frames: Vec<AdjFrame>,
+    /// The adjoint the result is seeded with, leaf by leaf (a vector–Jacobian product, which
+    /// `checkpoint` and `custom_jvp` run in the backward pass); `None` seeds a Float with 1.
+    pub seed: Option<Value>,
 }
 
 impl GradState {
     /// `frames` is an empty vector whose capacity a previous `grad` left behind (see
     /// `Machine::spare_adjoint_frames`): a loop of `grad` calls grows it only once.
     pub fn new(tag: u32, input: Value, with_value: bool, frames: Vec<AdjFrame>) -> GradState {
-        GradState { tag, input, with_value, frames }
+        GradState { tag, input, with_value, frames, seed: None }
     }
+}
+
+/// A backward pass paused at a custom rule's record while the machine runs the rule's dp code
+/// (held by the `Backward` delimiter of the handler's segment): the rest of the level's
+/// records, the result that was seeded, and the record's argument, into whose cells the
+/// rule's result goes.
+#[derive(Clone)]
+pub struct Suspended {
+    pub state: GradState,
+    pub y: Value,
+    pub inputs: Value,
+}
+
+/// What a paused backward pass asks the machine to run.
+pub enum RuleCall {
+    /// Apply a dp function (a `custom_vjp`'s `bwd`).
+    Apply(Value, Vec<Value>, crate::source::Span),
+    /// The vector–Jacobian product of `f` at `x` with the output adjoint `seed`: a `grad`
+    /// seeded with it.
+    Vjp { f: Value, x: Value, seed: Value, span: crate::source::Span },
+}
+
+/// A call of `custom_vjp`, `custom_jvp` or `checkpoint` in progress at level `tag`: the
+/// state its `Custom` delimiter keeps while `f` (then, in forward mode, the tangent rule)
+/// runs on the argument's values at that level.
+#[derive(Clone)]
+pub struct CustomCall {
+    pub tag: u32,
+    /// Whether `tag` is a `grad` level (else a `jvp`'s).
+    pub grad: bool,
+    pub rule: Rule,
+    pub f: Value,
+    pub inputs: Value,
+    pub x: Value,
+    /// `Some(y)` once `f` has returned and the tangent rule runs.
+    pub y: Option<Value>,
+    pub span: crate::source::Span,
 }
 
 /// The level of a perturbed value (0 for a plain one).

@@ -3,7 +3,7 @@
 //! prompt and handler, a `jvp`, a `catch` — is a delimiter, so what is live and in which order is read
 //! off the delimiters alone. The machine (eval/machine.rs) runs them.
 
-use super::perturbed::GradState;
+use super::perturbed::{CustomCall, GradState, Suspended};
 use super::value::{Closure, Value};
 use crate::source::Span;
 use std::rc::Rc;
@@ -36,6 +36,13 @@ pub enum Delim {
     /// `catch` call's). A delimiter, so a
     /// `shift` between a `reset` and the body captures it with the rest of the continuation.
     Catch(Box<(Value, Span)>),
+    /// Where the `f` of a `custom_vjp`, `custom_jvp` or `checkpoint` runs on its argument's
+    /// values at the level the rule is for; when it returns, the call is recorded there
+    /// (reverse mode) or its tangent rule runs (forward mode).
+    Custom(Box<CustomCall>),
+    /// A `grad` handler's segment while its backward pass waits for a custom rule's dp code,
+    /// which runs above it: when that returns, the pass goes on from where it paused.
+    Backward(Box<Suspended>),
 }
 
 #[derive(Clone)]

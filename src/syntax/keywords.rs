@@ -14,6 +14,9 @@ pub const BUILTINS: &[&str] = &[
     "shift",
     "grad",
     "value_and_grad",
+    "custom_vjp",
+    "custom_jvp",
+    "checkpoint",
     "jvp",
     "stop_gradient",
     // input and output

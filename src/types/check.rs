@@ -498,7 +498,7 @@ impl Checker {
                         "`tensor` takes Floats, Ints or Bools in nested lists, such as `tensor [[1.0, 2.0], [3.0, 4.0]]` (float32), `tensor [1, 2]` (int64) or `tensor [true, false]` (bool)",
                     );
                 } else if c == class::DIFF {
-                    d = d.note("grad, value_and_grad, jvp, the tree_ functions and save_params/load_params take Float, Tensor, or tuples, records and lists of them");
+                    d = d.note("grad, value_and_grad, jvp, custom_vjp, custom_jvp, checkpoint, the tree_ functions and save_params/load_params take Float, Tensor, or tuples, records and lists of them");
                 }
                 return d;
             }

@@ -14,6 +14,11 @@
 //!   (`to_list`, `tensor`), concat/slice, `full`, transposes, reduced by sum, mean, max or
 //!   logsumexp, at a [2, 3] point with edge values. Compared: value, gradient, jvp tangent
 //!   and a Hessian-vector product (jvp of grad).
+//! - Wrapped scalar cases (issue 15): a scalar case's f given to dp as `checkpoint f` (to JAX
+//!   as `jax.checkpoint(f)`) or as `custom_vjp f (fun x y g -> g * grad f x)` (to JAX as f
+//!   itself: JAX cannot forward-differentiate a custom_vjp function, and this rule is f's own
+//!   derivative, so every number must be f's). The same seven numbers: recomputation in the
+//!   backward pass, a rule run as dp code and differentiated by outer levels up to third order.
 //!
 //! **Agreement rules.** NaN matches only NaN; an infinity only the same infinity (for float32
 //! cases, a number beyond 1e37 also matches the infinity of its sign: dp reduces float32
@@ -50,17 +55,24 @@ const DEFAULT_SEED: u64 = 16_000;
 const BATCH: usize = 50;
 const LIMIT: Duration = Duration::from_secs(300);
 
+#[derive(Clone, Copy, PartialEq)]
+enum Wrap {
+    None,
+    Checkpoint,
+    CustomVjp,
+}
+
 enum Case {
-    Scalar { f: S, x: f64, t: f64 },
+    Scalar { f: S, x: f64, t: f64, wrap: Wrap },
     Tensor { f: T, reduce: usize, x: Vec<f64>, v: Vec<f64> },
 }
 
-fn scalar_case(seed: u64) -> Case {
+fn scalar_case(seed: u64, wrap: Wrap) -> Case {
     let mut rng = Rng::new(seed);
     let f = Gen { rng: &mut rng, vars: 1, depth: 0 }.scalar();
     let x = point(&mut rng, 0.15);
     let t = ast::point(&mut rng, 0.0);
-    Case::Scalar { f, x, t }
+    Case::Scalar { f, x, t, wrap }
 }
 
 fn tensor_case(seed: u64) -> Case {
@@ -97,18 +109,26 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
     );
     for (i, case) in cases {
         match case {
-            Case::Scalar { f, x, t } => {
+            Case::Scalar { f, x, t, wrap } => {
                 let (x, t) = (lit(*x, true), lit(*t, true));
-                let _ = writeln!(dp, "let f{i} = fun v0 -> {}", print_scalar(f, true, 1));
+                let body = print_scalar(f, true, 1);
+                let _ = match wrap {
+                    Wrap::None => writeln!(dp, "let f{i} = fun v0 -> {body}"),
+                    Wrap::Checkpoint => writeln!(dp, "let f{i} = checkpoint (fun v0 -> {body})"),
+                    Wrap::CustomVjp => {
+                        writeln!(dp, "let f{i} = let p = fun v0 -> {body} in custom_vjp p (fun x y g -> g * grad p x)")
+                    }
+                };
                 let _ = writeln!(
                     dp,
                     "let () = println ({i}, f{i} {x}, grad f{i} {x}, snd (jvp f{i} {x} {t}), grad (grad f{i}) {x}, \
                      grad (grad (grad f{i})) {x}, snd (jvp (grad f{i}) {x} {t}), grad (fun y -> snd (jvp f{i} y {t})) {x})"
                 );
                 let (xj, tj) = (lit(case_x(case), false), lit(case_t(case), false));
+                let (open, close) = if *wrap == Wrap::Checkpoint { ("jax.checkpoint(", ")") } else { ("", "") };
                 let _ = writeln!(
                     py,
-                    "case({i}, lambda: scalar(lambda v0: _f({}), _f({xj}), _f({tj})))",
+                    "case({i}, lambda: scalar({open}lambda v0: _f({}){close}, _f({xj}), _f({tj})))",
                     print_scalar(f, false, 1)
                 );
             }
@@ -230,10 +250,16 @@ fn derivatives_agree_with_jax_on_random_programs() {
     let seed = env_num("DP_JAX_SEED").unwrap_or(DEFAULT_SEED);
     let dir = std::env::temp_dir().join(format!("dp-jax-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the programs' directory");
-    let cases: Vec<(usize, Case)> = (0..2 * count)
+    let cases: Vec<(usize, Case)> = (0..3 * count)
         .map(|i| {
             let s = seed + i as u64;
-            (i, if i % 2 == 0 { scalar_case(s) } else { tensor_case(s) })
+            let case = match (i < 2 * count, i % 2 == 0) {
+                (true, true) => scalar_case(s, Wrap::None),
+                (true, false) => tensor_case(s),
+                (false, true) => scalar_case(s, Wrap::Checkpoint),
+                (false, false) => scalar_case(s, Wrap::CustomVjp),
+            };
+            (i, case)
         })
         .collect();
     let batches: Vec<&[(usize, Case)]> = cases.chunks(BATCH).collect();
@@ -257,13 +283,13 @@ fn derivatives_agree_with_jax_on_random_programs() {
         })
     });
     eprintln!(
-        "jax: {} cases ({count} scalar, {count} tensor), seed {seed}: {compared} numbers compared, {} cases disagree",
+        "jax: {} cases ({count} scalar, {count} tensor, {count} wrapped scalar), seed {seed}: {compared} numbers compared, {} cases disagree",
         cases.len(),
         failures.len()
     );
     assert!(failures.is_empty(), "dp and JAX disagree on {} case(s):\n{}", failures.len(), failures.join("\n"));
     // Every case printed its numbers: 7 for a scalar case, 14 for a tensor case.
-    assert!(compared == count * 21, "{compared} numbers compared, expected {}", count * 21);
+    assert!(compared == count * 28, "{compared} numbers compared, expected {}", count * 28);
     if std::env::var("DP_JAX_KEEP").is_err() {
         let _ = std::fs::remove_dir_all(&dir);
     }
