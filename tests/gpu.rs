@@ -808,7 +808,9 @@ fn gpu_gather_is_a_clear_error() {
 // Batched products, einsum, strided and padded convolutions, average pooling (issue 14): the
 // batched WGSL product (one dispatch, the batch on the grid's z axis), its broadcast operands,
 // and every derivative through them.
+#[test]
 fn gpu_batched_products_einsum_strided_conv() {
+    check(&[
         Case { name: "stack @ stack", tol: R, code: "let () = pt (randn 60 [5, 37, 29] @ randn 61 [5, 29, 70])" },
         Case {
             name: "broadcast batch",
@@ -852,3 +854,5 @@ fn gpu_batched_products_einsum_strided_conv() {
             tol: R,
             code: "let () = pt (grad (fun (a : Tensor) -> sum (avg_pool2d 3 a * randn 76 [2, 3, 3, 2])) img)",
         },
+    ]);
+}
