@@ -309,12 +309,15 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
             let tensor = is_tensor(&p);
             // On a tensor the derivative is tensor work: left to the backward pass.
             let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
-            if rules::selects(op) && matches!(dy, Some(Value::Float(z)) if z == 0.0) {
-                // Nothing can flow back through a selected-out derivative: y is a constant here.
-                return Ok(y);
-            }
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = match dy {
+                // A selected-out derivative (relu at x ≤ 0 or NaN) still sends back an exact
+                // zero, as JAX's select does: the zero then meets the partials below it, so a
+                // NaN partial there gives NaN, while an infinite adjoint from above gives 0
+                // (a Scale frame would multiply it: 0 · inf). The deferred frame selects.
+                Some(Value::Float(z)) if rules::selects(op) && z == 0.0 => {
+                    AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))
+                }
                 Some(dy) => AdjFrame::Scale { out: out.clone(), a: Some((t.clone(), dy)), b: None },
                 None => {
                     AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))

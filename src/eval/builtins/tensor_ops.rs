@@ -162,6 +162,17 @@ fn stack(m: &mut Machine, axis: &Value, ts: &Value) -> FResult<Value> {
     ad::tensor::call(m, TOp::Concat(a), parts)
 }
 
+/// `clip lo hi t` built as `jnp.clip` is, `min hi (max lo t)`: the derivative is that of the two
+/// selections (1 inside, 0 outside, 1/2 on a bound), multiplied through as JAX does, so an
+/// infinite adjoint meeting a clipped-out element gives NaN there in both. `tree_clip`'s tensor
+/// leaves use it too.
+pub(super) fn clip(m: &mut Machine, lo: Value, hi: Value, t: Value) -> FResult<Value> {
+    let (lo, t) = tensors(m, lo, t, "clip")?;
+    let above = ad::tensor::call(m, TOp::Cmp(Cmp::Max), vec![lo, t])?;
+    let (hi, above) = tensors(m, hi, above, "clip")?;
+    ad::tensor::call(m, TOp::Cmp(Cmp::Min), vec![hi, above])
+}
+
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     let cmp = |b: B| match b {
         B::Less => Some(Cmp::Less),
@@ -188,10 +199,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         // derivative at either bound is the tie's 1/2).
         B::Clip => {
             let (lo, hi, t) = (arg(), arg(), arg());
-            let (lo, t) = tensors(m, lo, t, "clip")?;
-            let above = ad::tensor::call(m, TOp::Cmp(Cmp::Max), vec![lo, t])?;
-            let (hi, above) = tensors(m, hi, above, "clip")?;
-            ad::tensor::call(m, TOp::Cmp(Cmp::Min), vec![hi, above])?
+            clip(m, lo, hi, t)?
         }
         B::Any => Value::Bool(arg().as_tensor()?.any()?),
         B::All => Value::Bool(arg().as_tensor()?.all()?),

@@ -26,9 +26,9 @@ fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
 
 /// `x` clipped to [lo, hi], differentiable: as JAX's `clip` (min (max x lo) hi), the
 /// derivative is 1 strictly inside, 0 outside, and 1/2 for each bound `x` sits on (the
-/// balanced tie of max and min). The value is the plain clamp; the perturbation of `x` is kept
-/// with weight w by `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`: selects, so an
-/// infinite `x` outside the bounds does not make 0 · inf.
+/// balanced tie of max and min). A tensor leaf is the `clip` builtin. For a Float the value is
+/// the plain clamp and the perturbation of `x` is kept with weight w by
+/// `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`.
 fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
     let c = clamp(&x, lo, hi)?;
     if !is_ad(&x) {
@@ -55,23 +55,8 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
             }
             Value::Float(w)
         }
-        Value::Tensor(s) => {
-            // side(a, b) = (step (a - b) + 1 - step (b - a)) / 2: 1 above, 1/2 on, 0 below.
-            let side = |m: &mut Machine, a: Value, b: Value| -> FResult<Value> {
-                let d = m.prim2(Prim::Sub, a.clone(), b.clone())?;
-                let above = ad::tensor::call(m, TOp::Step, vec![d])?;
-                let e = m.prim2(Prim::Sub, b, a)?;
-                let below = ad::tensor::call(m, TOp::Step, vec![e])?;
-                let not_below = m.prim2(Prim::Sub, Value::Float(1.0), below)?;
-                let sum = m.prim2(Prim::Add, above, not_below)?;
-                m.prim2(Prim::Mul, sum, Value::Float(0.5))
-            };
-            let s = Value::Tensor(s);
-            let w_lo = side(m, s.clone(), Value::Float(lo))?;
-            let at_lo = clamp(&s, lo, f64::INFINITY)?;
-            let w_hi = side(m, Value::Float(hi), at_lo)?;
-            m.prim2(Prim::Mul, w_lo, w_hi)?
-        }
+        // Tensors as the `clip` builtin, which is `jnp.clip`'s construction.
+        Value::Tensor(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
         _ => return Ok(c),
     };
     let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
