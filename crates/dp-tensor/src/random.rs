@@ -89,40 +89,35 @@ impl Key {
         Tensor::from_bools(shape, self.unit_f32(n).map(|u| (u as f64) < p).collect())
     }
 
-    /// Integers uniform in [lo, hi) (int64). Unbiased by rejection over 64-bit draws; dp's own
-    /// scheme (JAX's `randint` is not reproduced).
-    pub fn randint(self, lo: i64, hi: i64, shape: &[usize]) -> TResult<Tensor> {
-        let n: usize = shape.iter().product();
-        let span = hi.wrapping_sub(lo) as u64;
-        let zone = u64::MAX - u64::MAX % span; // draws at or above `zone` would bias the result
-        let mut out = Vec::with_capacity(n);
-        let mut counter = 0u64;
-        while out.len() < n {
-            let [a, b] = block(self, counter);
-            counter += 1;
+    /// A draw uniform in `0..span`, unbiased by rejection over 64-bit blocks: draws at or above
+    /// the largest multiple of `span` are skipped. `counter` is the next block to use.
+    fn below(self, span: u64, counter: &mut u64) -> u64 {
+        let zone = u64::MAX - u64::MAX % span;
+        loop {
+            let [a, b] = block(self, *counter);
+            *counter += 1;
             let draw = (a as u64) << 32 | b as u64;
             if draw < zone {
-                out.push(lo.wrapping_add((draw % span) as i64));
+                return draw % span;
             }
         }
-        Tensor::from_i64s(shape, out)
     }
 
-    /// A random permutation of `0..n` (int64): Fisher–Yates driven by `randint`-style draws.
+    /// Integers uniform in [lo, hi) (int64), by `below`; dp's own scheme (JAX's `randint` is not
+    /// reproduced).
+    pub fn randint(self, lo: i64, hi: i64, shape: &[usize]) -> TResult<Tensor> {
+        let span = hi.wrapping_sub(lo) as u64;
+        let mut counter = 0u64;
+        let out = (0..shape.iter().product::<usize>()).map(|_| lo.wrapping_add(self.below(span, &mut counter) as i64));
+        Tensor::from_i64s(shape, out.collect())
+    }
+
+    /// A random permutation of `0..n` (int64): Fisher–Yates driven by `below`.
     pub fn permutation(self, n: usize) -> TResult<Tensor> {
         let mut p: Vec<i64> = (0..n as i64).collect();
         let mut counter = 0u64;
         for i in (1..n).rev() {
-            let span = i as u64 + 1;
-            let zone = u64::MAX - u64::MAX % span;
-            let j = loop {
-                let [a, b] = block(self, counter);
-                counter += 1;
-                let draw = (a as u64) << 32 | b as u64;
-                if draw < zone {
-                    break (draw % span) as usize;
-                }
-            };
+            let j = self.below(i as u64 + 1, &mut counter) as usize;
             p.swap(i, j);
         }
         Tensor::from_i64s(&[n], p)
