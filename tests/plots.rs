@@ -63,9 +63,10 @@ fn svg_charts_of_the_hard_cases() {
         ("svg", "plot PATH (map (fun x -> sin (x / 1000.0)) (to_list (arange 1000000)))"),
         ("svg", two.as_str()),
         ("svg", log),
+        ("svg", "plot PATH [1e308, -1e308, 1.7e308, 0.0]"),
     ]);
     let svg: Vec<String> = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect();
-    let [empty, constant, tiny, huge, gaps, million, two, log] = &svg[..] else { unreachable!() };
+    let [empty, constant, tiny, huge, gaps, million, two, log, extreme] = &svg[..] else { unreachable!() };
 
     assert!(empty.contains(">no data</text>"), "{empty}");
     assert_distinct(&y_ticks(constant), "constant");
@@ -95,6 +96,13 @@ fn svg_charts_of_the_hard_cases() {
     assert!(l.len() >= 3, "{l:?}");
     let ratio = l[1] / l[0];
     assert!(l.windows(2).all(|w| ((w[1] / w[0]) / ratio - 1.0).abs() < 1e-9) && ratio >= 10.0, "{l:?}");
+    // Values spanning nearly all of f64 (the span itself overflows): labelled ticks, and every
+    // point of the line inside the frame (y from 20 to 472, the grid lines' extent).
+    assert_distinct(&y_ticks(extreme), "±1e308");
+    let data = extreme.split("<polyline").find(|l| l.contains("stroke-width=\"2\"")).expect("the data line");
+    let points = data.split("points=\"").nth(1).and_then(|p| p.split('"').next()).unwrap_or("");
+    let ys: Vec<f64> = points.split_whitespace().filter_map(|xy| xy.split(',').nth(1)?.parse().ok()).collect();
+    assert!(ys.len() == 4 && ys.iter().all(|y| (20.0..=472.0).contains(y)), "{points}");
     for f in files {
         let _ = std::fs::remove_file(f);
     }

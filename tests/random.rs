@@ -77,7 +77,10 @@ let p = to_list (astype "float32" (permutation k 10))
 let () = println (sum_float p, length p)
 let () = println (dtype (randint k 0 2 [1]), dtype (bernoulli k 0.5 [1]), dtype (normal k [1]))
 let () = println (shape (normal k [2, 0, 3]), length (split_keys k 0))
-let () = println (grad (fun lo -> sum (uniform_key k lo 5.0 [3])) 1.0 > 0.0)
+let u = uniform_key k 0.0 1.0 [3]
+let dlo = grad (fun lo -> sum (uniform_key k lo 5.0 [3])) 1.0
+let dhi = grad (fun hi -> sum (uniform_key k 1.0 hi [3])) 5.0
+let () = println (abs (dlo - (3.0 - sum u)) < 1e-6, abs (dhi - sum u) < 1e-6, dlo > 0.0, dhi > 0.0)
 "#,
     );
     assert_eq!(
@@ -88,7 +91,7 @@ let () = println (grad (fun lo -> sum (uniform_key k lo 5.0 [3])) 1.0 > 0.0)
             "(45.0, 10)",
             "(\"int64\", \"bool\", \"float32\")",
             "([2, 0, 3], 0)",
-            "true",
+            "(true, true, true, true)",
         ]
     );
 }

@@ -342,9 +342,15 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
     if p == Prim::Pow && !b_in && matches!(strip(&pb), Value::Float(z) if z == 0.0) {
-        // a ** 0 is the constant 1 at this level (JAX's symbolic zero): recording it would
-        // multiply its zero partial into adjoints that may be infinite (0 · inf).
-        return m.prim2(p, pa, pb);
+        // a ** 0 is constant in a, as JAX's `integer_pow(a, 0)` rule: its tangent is a
+        // concrete zero (which then meets the partials after it, 0 / 0 = NaN), while reverse
+        // mode records nothing, since a recorded zero partial would multiply adjoints that may
+        // be infinite (0 · inf).
+        let y = m.prim2(p, pa, pb)?;
+        return Ok(match (a_in, &a) {
+            (true, Value::Dual(_)) => Value::Dual(Rc::new(Dual { tag, tangent: zero_like(&y), primal: y })),
+            _ => y,
+        });
     }
     let is_dual = matches!(if a_in { &a } else { &b }, Value::Dual(_));
     if !is_dual {

@@ -10,7 +10,7 @@ use crate::core::Prim;
 use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
-use crate::runtime::FResult;
+use crate::runtime::{FResult, Fault};
 use crate::tensor::{Cmp, Device, TOp, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
@@ -39,7 +39,19 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
             };
             call(m, TOp::Mask, vec![x, mask])
         }
-        k => Ok(if matches!(k, Value::Float(k) if k > 0.0) { x } else { ad::zero_like(&x) }),
+        Value::Float(k) if k > 0.0 => Ok(x),
+        // A perturbed scalar selected out is an exact zero that stays perturbed, as JAX's
+        // select is: an outer level's adjoint then sends an exact zero back to `x` (which
+        // meets the partials below it: 0 · NaN = NaN), where an untracked zero would send
+        // nothing. Built from the tensor select on a 0-d tensor, whose rules already do this.
+        _ if is_ad(&x) => {
+            let x0 = call(m, TOp::BroadcastTo(Vec::new()), vec![x])?;
+            let Value::Tensor(x0t) = strip(&x0) else { return Err(Fault::internal("0-d broadcast of a Float")) };
+            let mask = wrap(x0t.full_like(&[], 0.0)?);
+            let selected = call(m, TOp::Mask, vec![x0, mask])?;
+            call(m, TOp::Item, vec![selected])
+        }
+        _ => Ok(ad::zero_like(&x)),
     }
 }
 

@@ -120,7 +120,14 @@ impl Axis {
     /// Where `v` lies along the axis, 0 at `lo` and 1 at `hi` (None for a gap).
     fn frac(&self, v: f64) -> Option<f64> {
         let v = if self.log { v.log10() } else { v };
-        v.is_finite().then(|| (v - self.lo) / (self.hi - self.lo))
+        v.is_finite().then(|| {
+            if (self.hi - self.lo).is_finite() {
+                (v - self.lo) / (self.hi - self.lo)
+            } else {
+                // A span beyond f64's range (values near ±1.8e308): the same ratio of halves.
+                (v * 0.5 - self.lo * 0.5) / (self.hi * 0.5 - self.lo * 0.5)
+            }
+        })
     }
 }
 
@@ -132,13 +139,14 @@ fn widen(lo: f64, hi: f64) -> (f64, f64) {
         (lo, hi)
     } else {
         let pad = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
-        (lo - pad, hi + pad)
+        ((lo - pad).max(f64::MIN), (hi + pad).min(f64::MAX))
     }
 }
 
-/// A "nice" step near `span / 5`: 1, 2 or 5 times a power of ten.
-fn nice_step(span: f64) -> f64 {
-    let raw = span / 5.0;
+/// A "nice" step near a fifth of the span from `lo` to `hi`: 1, 2 or 5 times a power of ten.
+fn nice_step(lo: f64, hi: f64) -> f64 {
+    // Halved first, so that a span beyond f64's range (-1e308 to 1e308) still has a fifth.
+    let raw = (hi * 0.5 - lo * 0.5) / 2.5;
     let p = 10f64.powf(raw.log10().floor());
     let m = raw / p;
     p * if m < 1.5 {
@@ -153,7 +161,7 @@ fn nice_step(span: f64) -> f64 {
 }
 
 fn linear_ticks(lo: f64, hi: f64) -> Vec<(f64, String)> {
-    let step = nice_step(hi - lo);
+    let step = nice_step(lo, hi);
     let first = (lo / step).ceil() as i64;
     let last = (hi / step).floor() as i64;
     let values: Vec<f64> =
@@ -393,6 +401,11 @@ mod tests {
         let mut d = near.clone();
         d.dedup();
         assert_eq!(d.len(), near.len(), "{near:?}");
+        // A span beyond f64's range still has ticks, all finite.
+        let whole = linear_ticks(-1e308, 1.7e308);
+        assert!(whole.len() >= 3 && whole.iter().all(|(v, _)| v.is_finite()), "{whole:?}");
+        let axis = Axis::new(-1e308, 1.7e308, false);
+        assert_eq!((axis.frac(-1e308), axis.frac(1.7e308)), (Some(0.0), Some(1.0)));
     }
 
     #[test]

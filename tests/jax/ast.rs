@@ -120,8 +120,23 @@ impl Gen<'_> {
 
 /// Prints a scalar expression; `vars` is the number of variables bound outside it.
 pub fn print_scalar(e: &S, dp: bool, vars: usize) -> String {
-    let p = |e: &S| print_scalar(e, dp, vars);
-    let inner = |e: &S| print_scalar(e, dp, vars + 1);
+    print_scalar_in(e, dp, Branch::Python, vars)
+}
+
+/// How JAX code spells dp's `if`: a Python conditional (control flow, as dp's `if` is: the
+/// branch not taken is not traced, and a branch that does not depend on the input carries no
+/// tangent), or `lax.cond`, which `jax.checkpoint` needs (it traces its function abstractly)
+/// but which gives a constant branch a concrete zero tangent, so there a NaN partial after
+/// it makes the tangent NaN where dp's is 0.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Branch {
+    Python,
+    LaxCond,
+}
+
+pub fn print_scalar_in(e: &S, dp: bool, branch: Branch, vars: usize) -> String {
+    let p = |e: &S| print_scalar_in(e, dp, branch, vars);
+    let inner = |e: &S| print_scalar_in(e, dp, branch, vars + 1);
     let v = format!("v{vars}");
     match e {
         S::Var(i) => format!("v{i}"),
@@ -146,6 +161,8 @@ pub fn print_scalar(e: &S, dp: bool, vars: usize) -> String {
             let [a, b, c, d] = &**q;
             if dp {
                 format!("(if {} < {} then {} else {})", p(a), p(b), p(c), p(d))
+            } else if branch == Branch::Python {
+                format!("(_f({}) if {} < {} else _f({}))", p(c), p(a), p(b), p(d))
             } else {
                 format!("jax.lax.cond({} < {}, lambda: _f({}), lambda: _f({}))", p(a), p(b), p(c), p(d))
             }

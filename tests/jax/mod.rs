@@ -35,6 +35,19 @@
 //! compared. ∂(a ** b)/∂b at a ≤ 0 is never generated with b perturbed (docs/grad.md: dp says
 //! 0, JAX NaN); the exponent is a constant or the base a positive constant.
 //!
+//! dp's `if` is control flow, so the JAX side spells it as a Python conditional, except in the
+//! `checkpoint` cases, where `jax.checkpoint` traces abstractly and needs `lax.cond` (see
+//! `ast::Branch`).
+//!
+//! **Known divergences at other seeds.** A run of 2,100 cases at seed 777001 (before the last
+//! fixes: 5 disagreed, two of them from `a ** 0`'s tangent, now fixed) leaves three, all where a
+//! number becomes infinite: (1) `lax.cond` in a `checkpoint` case gives a branch returning a
+//! constant a concrete zero tangent, which then meets a NaN partial (JAX NaN, dp 0); (2) JAX's
+//! `tanh` rule computes `(g + g·y)·(1 − y)`, which is NaN for an infinite adjoint `g`, where
+//! dp's `g·(1 − y²)` is infinite; (3) a tangent that cancels to a rounding error in one system
+//! and to an exact 0 in the other (the quotient rule associated differently), then divided by 0
+//! (±inf against NaN).
+//!
 //! Environment: `DP_JAX_COUNT=n` cases of each kind (default 150), `DP_JAX_SEED=s` (default
 //! fixed; case i uses seed s + i), `DP_JAX_KEEP=1` keeps the programs. Without JAX (`DP_PYTHON`, see tests/python.rs) the test is
 //! skipped with a notice, or fails under `DP_REQUIRE_PYTHON=1`. Failing batches are kept under
@@ -44,7 +57,9 @@ mod ast;
 
 use crate::gen::rng::Rng;
 use crate::gen::runner::run_with_timeout;
-use ast::{lit, point, print_scalar, print_tensor, tensor_lit, tie_free, values, Gen, REDUCE, S, T};
+use ast::{
+    lit, point, print_scalar, print_scalar_in, print_tensor, tensor_lit, tie_free, values, Branch, Gen, REDUCE, S, T,
+};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -125,11 +140,14 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                      grad (grad (grad f{i})) {x}, snd (jvp (grad f{i}) {x} {t}), grad (fun y -> snd (jvp f{i} y {t})) {x})"
                 );
                 let (xj, tj) = (lit(case_x(case), false), lit(case_t(case), false));
-                let (open, close) = if *wrap == Wrap::Checkpoint { ("jax.checkpoint(", ")") } else { ("", "") };
+                let (open, close, branch) = match wrap {
+                    Wrap::Checkpoint => ("jax.checkpoint(", ")", Branch::LaxCond),
+                    _ => ("", "", Branch::Python),
+                };
                 let _ = writeln!(
                     py,
                     "case({i}, lambda: scalar({open}lambda v0: _f({}){close}, _f({xj}), _f({tj})))",
-                    print_scalar(f, false, 1)
+                    print_scalar_in(f, false, branch, 1)
                 );
             }
             Case::Tensor { f, reduce, x, v } => {
@@ -243,7 +261,6 @@ fn env_num(name: &str) -> Option<u64> {
 }
 
 #[test]
-#[ignore = "not yet green: at the default seed 5 of 300 cases disagree (NaN/inf inputs through tree_clip and relu, and Python evaluating a negative constant ** 0.5 as a complex number); run with --ignored"]
 fn derivatives_agree_with_jax_on_random_programs() {
     let Some(python) = crate::python::python_with(&["jax"], "the differential test against JAX") else { return };
     let count = env_num("DP_JAX_COUNT").map_or(DEFAULT_COUNT, |n| n as usize);

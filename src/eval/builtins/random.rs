@@ -47,7 +47,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let s = shape_arg(&arg())?;
             let (lo, hi) = (lo_v.as_float()? as f32, hi_v.as_float()? as f32);
             let (values, unit) = k.uniform(&s, lo, hi)?;
-            spread_uniform(m, lo_v, hi_v, values, unit)?
+            spread_uniform(m, lo_v, hi_v, values, || unit)?
         }
         B::Randint => {
             let k = key_arg(&arg())?;

@@ -145,7 +145,14 @@ fn to_list_ad(m: &mut Machine, t: Value) -> FResult<Value> {
 /// Uniform numbers `values = lo + (hi - lo) · u` as a value that carries `lo`'s and `hi`'s
 /// perturbations: `values + dlo + (dhi - dlo) · u`, where `dlo = lo - (lo's value)` is 0
 /// carrying lo's perturbation — the same numbers, with ∂/∂lo = 1 - u and ∂/∂hi = u.
-pub(super) fn spread_uniform(m: &mut Machine, lo_v: Value, hi_v: Value, values: Tensor, u: Vec<f32>) -> FResult<Value> {
+/// `u` (the unit draws, float32) is built only when a bound is perturbed.
+pub(super) fn spread_uniform(
+    m: &mut Machine,
+    lo_v: Value,
+    hi_v: Value,
+    values: Tensor,
+    u: impl FnOnce() -> Vec<f32>,
+) -> FResult<Value> {
     let values = new(values)?;
     if !is_ad(&lo_v) && !is_ad(&hi_v) {
         return Ok(values);
@@ -154,7 +161,7 @@ pub(super) fn spread_uniform(m: &mut Machine, lo_v: Value, hi_v: Value, values: 
     let (lo, hi) = (lo_v.as_float()?, hi_v.as_float()?);
     let dlo = m.prim2(Prim::Sub, lo_v, Value::Float(lo))?;
     let dhi = m.prim2(Prim::Sub, hi_v, Value::Float(hi))?;
-    let u = new(Tensor::from_vec(&shape, u)?)?;
+    let u = new(Tensor::from_vec(&shape, u())?)?;
     let span = m.prim2(Prim::Sub, dhi, dlo.clone())?;
     let spread = m.prim2(Prim::Mul, span, u)?;
     let shifted = m.prim2(Prim::Add, values, dlo)?;
@@ -193,7 +200,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut rng = Rng::new(seed as u64);
             let u: Vec<f64> = (0..n).map(|_| rng.uniform()).collect();
             let values = Tensor::from_vec(&s, u.iter().map(|&u| (lo + (hi - lo) * u) as f32).collect())?;
-            spread_uniform(m, lo_v, hi_v, values, u.iter().map(|&u| u as f32).collect())?
+            spread_uniform(m, lo_v, hi_v, values, || u.iter().map(|&u| u as f32).collect())?
         }
         B::LoadNpy => new(npy::load(&arg().as_str()?)?)?,
         B::SaveNpy => {
