@@ -135,7 +135,8 @@ impl Isa {
     }
 }
 
-fn max_threads() -> usize {
+/// The threads dp's CPU work may use: `DP_NUM_THREADS`, or every core (at most 64).
+pub fn max_threads() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
         let env = std::env::var("DP_NUM_THREADS").ok().and_then(|s| s.trim().parse::<usize>().ok());
