@@ -109,7 +109,7 @@ const VALUES: &[(&str, &str)] = &[
     ("astype \"float64\" (nn.causal_mask 3)", "causal"),
     ("nn.embedding table ids", "np.take(table, ids, axis=0)"),
     ("nn.embedding table (tensor [2])", "table[[2]]"),
-    ("nn.dropout (key 3) 0.25 x", "np.where(jr.bernoulli(jr.key(3), 0.75, x.shape), x / 0.75, 0)"),
+    ("nn.dropout (key 3) 0.25 x", "np.where(keep3, x / 0.75, 0)"),
     ("nn.dropout (key 3) 0.0 x", "x"),
     ("nn.dropout (key 3) 1.0 x", "0 * x"),
 ];
@@ -117,7 +117,11 @@ const VALUES: &[(&str, &str)] = &[
 #[test]
 fn nn_values_agree_with_numpy_and_jax() {
     let body: String = VALUES.iter().map(|(_, np)| format!("show({np})\n")).collect();
-    let header = "import jax, jax.numpy as jnp, jax.random as jr\njax.config.update('jax_enable_x64', True)\n";
+    // The mask is drawn before float64 is enabled: with x64 on, JAX draws its uniforms in
+    // float64 and so gives other bits (dp's `bernoulli` is JAX's default, float32).
+    let header = "import jax, jax.numpy as jnp, jax.random as jr\n\
+                  keep3 = np.asarray(jr.bernoulli(jr.key(3), 0.75, x.shape))\n\
+                  jax.config.update('jax_enable_x64', True)\n";
     let Some(want) = python(&format!("{header}{body}"), "nn's functions against NumPy and JAX", &["numpy", "jax"])
     else {
         return;
@@ -146,7 +150,10 @@ fn nn_shapes_and_the_empty_attention_row() {
             let () = println (dtype (nn.causal_mask 4), dtype (nn.gelu (tensor [1.0])), dtype (nn.layer_norm { g = g, b = b } x))\n\
             let () = println (to_list (row (row (nn.attention q k v mask) 0) 1))\n\
             let () = println (to_list (row (row (grad (fun q -> sum (nn.attention q k v mask)) q) 1) 1))\n";
-    assert_eq!(run_ok(&src), ["([3, 2, 3], float64)", "[2, 2, 3, 3]", "(bool, float32, float64)", "[0.0, 0.0]", "[0.0, 0.0, 0.0, 0.0]"]);
+    assert_eq!(
+        run_ok(&src),
+        [r#"([3, 2, 3], "float64")"#, "[2, 2, 3, 3]", r#"("bool", "float32", "float64")"#, "[0.0, 0.0]", "[0.0, 0.0, 0.0, 0.0]"]
+    );
 }
 
 /// (dp function of `x` giving a Tensor, the same in NumPy, the input's name).
@@ -174,11 +181,11 @@ h = 1e-6
 for expr, x0 in [
 {cases}]:
     L = lambda x: np.sum(np.sin(eval(expr, dict(globals(), x=x))))
-    g = np.zeros_like(x0)
+    fd = np.zeros_like(x0)   # not `g`: that is an input
     for i in np.ndindex(x0.shape):
         e = np.zeros_like(x0); e[i] = h
-        g[i] = (L(x0 + e) - L(x0 - e)) / (2 * h)
-    show(g)
+        fd[i] = (L(x0 + e) - L(x0 - e)) / (2 * h)
+    show(fd)
 "#
     );
     let Some(want) = python(&body, "nn's gradients against finite differences", &["numpy", "jax"]) else { return };
@@ -228,8 +235,7 @@ show([warm(0.5, 4, s) for s in range(-1, 13)]); show([cos_(0.5, 10, s) for s in 
     src += "let sched s = if s < 2 then optim.linear_warmup 0.1 2 (s + 1) else optim.cosine_schedule 0.1 4 (s - 2)\n\
             let target = row x 1\n\
             let loss p = sum ((p.w - target) * (p.w - target)) + sum (p.w * p.w * p.w * p.w) * 0.25 + p.c * p.c * p.c - p.c\n\
-            let rec go s p st = if s == 4 then p else\n\
-              let (p', st') = optim.adamw (sched s) 0.9 0.99 1e-8 0.05 st p (grad loss p) in go (s + 1) p' st'\n\
+            let rec go s p st = if s == 4 then p else let (p', st') = optim.adamw (sched s) 0.9 0.99 1e-8 0.05 st p (grad loss p) in go (s + 1) p' st'\n\
             let p0 = { w = row x 0, c = 0.75 }\n\
             let p = go 0 p0 (optim.adamw_init p0)\n\
             let () = println (to_list p.w)\n\
