@@ -13,7 +13,7 @@
 # parsing and the loading are not counted. The references report the median of steps 3 .. STEPS (default 30).
 # Checked values: the loss of step 1 (at the initial weights) must agree between every row to
 # 1e-5 relative (the table's value column, against the torch row); the loss of step 10 (after
-# nine AdamW updates) is printed beside it (loss10) and must agree to 1e-3.
+# nine AdamW updates) is printed beside it (loss10) and must agree to 1e-4.
 # Environment: see ../tensors_common.sh (DP, FEATURES, ALSO_FEATURES, SKIP_BUILD, DP_RUNS,
 # DP_REPS; DATA is where the weights file is written, default /tmp/bench-data), VENV (default
 # /tmp/bench-venv, which has torch, jax and safetensors) and REFS (default "torch:eager jax:jit").
@@ -22,7 +22,7 @@ VENV=${VENV:-/tmp/bench-venv}
 . "$HERE/../tensors_common.sh"
 PROG=$ROOT/examples/transformer.dp
 TOL=1e-5
-LOSS10_TOL=1e-3
+LOSS10_TOL=1e-4
 R=${DP_REPS:-21}
 STEPS=${STEPS:-30}
 REFS=${REFS:-torch:eager jax:jit}
