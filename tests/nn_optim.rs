@@ -105,7 +105,10 @@ const VALUES: &[(&str, &str)] = &[
     ("nn.layer_norm (nn.layer_norm_init 4) (x * 100.0)", "layer_norm(1.0, 0.0, x * 100)"),
     ("nn.attention q k v mask", "attention(q, k, v, mask)"),
     ("nn.attention q4 k4 v4 (nn.causal_mask 3)", "attention(q4, k4, v4, causal)"),
-    ("nn.attention (row q 0) (row k 1) (row v 1) (tensor [true, true, false, true, true])", "attention(q[0], k[1], v[1], np.array([1, 1, 0, 1, 1], bool))"),
+    (
+        "nn.attention (row q 0) (row k 1) (row v 1) (tensor [true, true, false, true, true])",
+        "attention(q[0], k[1], v[1], np.array([1, 1, 0, 1, 1], bool))",
+    ),
     ("astype \"float64\" (nn.causal_mask 3)", "causal"),
     ("nn.embedding table ids", "np.take(table, ids, axis=0)"),
     ("nn.embedding table (tensor [2])", "table[[2]]"),
@@ -152,7 +155,13 @@ fn nn_shapes_and_the_empty_attention_row() {
             let () = println (to_list (row (row (grad (fun q -> sum (nn.attention q k v mask)) q) 1) 1))\n";
     assert_eq!(
         run_ok(&src),
-        [r#"([3, 2, 3], "float64")"#, "[2, 2, 3, 3]", r#"("bool", "float32", "float64")"#, "[0.0, 0.0]", "[0.0, 0.0, 0.0, 0.0]"]
+        [
+            r#"([3, 2, 3], "float64")"#,
+            "[2, 2, 3, 3]",
+            r#"("bool", "float32", "float64")"#,
+            "[0.0, 0.0]",
+            "[0.0, 0.0, 0.0, 0.0]"
+        ]
     );
 }
 
