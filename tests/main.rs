@@ -15,6 +15,7 @@ mod jax;
 mod jupyter;
 mod layers;
 mod lsp;
+mod nn_optim;
 mod plots;
 mod products;
 mod python;
