@@ -39,6 +39,8 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
             };
             call(m, TOp::Mask, vec![x, mask])
         }
+        // A mask per example: the select of the batching rule of `Mask`.
+        Value::Batched(_) => call(m, TOp::Mask, vec![x, mask]),
         k => Ok(if matches!(k, Value::Float(k) if k > 0.0) { x } else { ad::zero_like(&x) }),
     }
 }
@@ -78,9 +80,9 @@ fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
 
 /// A 0-d zero of `v`'s floating dtype on its device (the unselected side of a `Where` rule).
 fn zero0(v: &Value) -> FResult<Value> {
-    match strip(v) {
-        Value::Tensor(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
-        _ => Ok(Value::Float(0.0)),
+    match ad::underlying(v) {
+        Some(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
+        None => Ok(Value::Float(0.0)),
     }
 }
 
@@ -89,8 +91,8 @@ fn zero0(v: &Value) -> FResult<Value> {
 /// neither equals. Built from the primal values: locally constant, not differentiated.
 fn pick_weights<H: Host>(m: &mut H, a: &Value, b: &Value, y: &Value) -> FResult<(Value, Value)> {
     let (a, b, y) = (strip(a), strip(b), strip(y));
-    let ea = m.forward(&TOp::Cmp(Cmp::Equal), &[a, y.clone()])?;
-    let eb = m.forward(&TOp::Cmp(Cmp::Equal), &[b, y])?;
+    let ea = call(m, TOp::Cmp(Cmp::Equal), vec![a, y.clone()])?;
+    let eb = call(m, TOp::Cmp(Cmp::Equal), vec![b, y])?;
     let weight = |m: &mut H, e: &Value, other: &Value| -> FResult<Value> {
         let half = m.prim2(Prim::Mul, other.clone(), Value::Float(0.5))?;
         let share = m.prim2(Prim::Sub, Value::Float(1.0), half)?;
@@ -114,11 +116,11 @@ fn sum_to<H: Host>(m: &mut H, x: &Value, v: Value) -> FResult<Value> {
 fn max_axis_weights<H: Host>(m: &mut H, x: &Value, y: &Value, axis: usize) -> FResult<Value> {
     let mut kept = ad::shape_of(x);
     kept[axis] = 1;
-    let top = m.forward(&TOp::Reshape(kept.clone()), &[strip(y)])?;
-    let at_top = m.forward(&TOp::Cmp(Cmp::Equal), &[strip(x), top])?;
+    let top = call(m, TOp::Reshape(kept.clone()), vec![strip(y)])?;
+    let at_top = call(m, TOp::Cmp(Cmp::Equal), vec![strip(x), top])?;
     let at_top = m.prim2(Prim::Mul, at_top, Value::Float(1.0))?;
-    let count = m.forward(&TOp::SumAxis(axis), std::slice::from_ref(&at_top))?;
-    let count = m.forward(&TOp::Reshape(kept), &[count])?;
+    let count = call(m, TOp::SumAxis(axis), vec![at_top.clone()])?;
+    let count = call(m, TOp::Reshape(kept), vec![count])?;
     m.prim2(Prim::Div, at_top, count)
 }
 
