@@ -501,6 +501,25 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             let At::Plain(idx) = idx else { return no_rule(&TOp::ScatterAdd(ax, s)) };
             batched(tag, call(m, TOp::ScatterAdd(ax + 1, with_batch(b, &s)), vec![v, idx])?, 0, Example::Tensor)
         }
+        TOp::ArgmaxMask => {
+            // 1 at each example's first maximum: its position along the flattened example,
+            // compared with every position.
+            let (v, b, shape, kind) = first(m, &mut args)?;
+            if kind != Example::Tensor {
+                return no_rule(&TOp::ArgmaxMask);
+            }
+            let d = dtype_under(&v);
+            let n = shape.iter().product::<usize>();
+            let flat = call(m, TOp::Reshape(vec![b, n]), vec![strip(&v)])?;
+            let at = call(m, TOp::ArgmaxAxis(1), vec![flat])?;
+            let at = call(m, TOp::Reshape(vec![b, 1]), vec![at])?;
+            let at = call(m, TOp::AsType(DType::I64), vec![at])?;
+            let positions =
+                crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(&[n], (0..n as i64).collect())?);
+            let hot = call(m, TOp::Cmp(Cmp::Equal), vec![at, positions])?;
+            let hot = call(m, TOp::AsType(d), vec![hot])?;
+            batched(tag, call(m, TOp::Reshape(with_batch(b, &shape)), vec![hot])?, 0, Example::Tensor)
+        }
         other => return no_rule(&other),
     })
 }

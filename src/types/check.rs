@@ -523,7 +523,7 @@ impl Checker {
                 let k = self.subst.constraint(id);
                 let shown = p.show(&self.subst, &leaf);
                 return Diagnostic::error(Phase::Type, format!("`vmap` cannot stack results of type `{shown}`"))
-                    .label(k.origin, format!("the function given to this `vmap` returns a `{shown}`"))
+                    .label(k.origin, format!("the result of the function given to this `vmap` holds values of type `{shown}`"))
                     .label(span, format!("this has type `{fnd}`, which fixes it"))
                     .note("vmap stacks Floats and Tensors into Tensors with a new axis 0, through tuples, records and lists; an Int, Bool, String or function result has no batched form")
                     .help("return a Float (or a Tensor) from the mapped function, or keep that part of the result outside `vmap`");

@@ -895,14 +895,25 @@ impl Printer {
                 shown.push(key);
             }
         };
+        // `Batch b c` (vmap's result) is shown as written.
+        let mut batches: Vec<(Ty, Ty)> = Vec::new();
+        let add_batch = |k: &Constraint, batches: &mut Vec<(Ty, Ty)>| {
+            let Rule::Batch { elem, out } = &k.rule else { return };
+            let key = (s.resolve(elem), s.resolve(out));
+            if !batches.contains(&key) {
+                batches.push(key);
+            }
+        };
         for k in own {
             add(k, &mut shown);
+            add_batch(k, &mut batches);
         }
         let mut i = 0;
         while i < vars.len() {
             let v = vars[i];
             for id in s.pending_on(v) {
                 add(s.constraint(id), &mut shown);
+                add_batch(s.constraint(id), &mut batches);
             }
             for (a, b, c) in shown.clone() {
                 for t in [a, b, c] {
@@ -932,6 +943,9 @@ impl Printer {
         }
         for (a, b, c) in &shown {
             constraints.push(format!("Broadcast {} {} {}", self.arg(s, a), self.arg(s, b), self.arg(s, c)));
+        }
+        for (elem, out) in &batches {
+            constraints.push(format!("Batch {} {}", self.arg(s, elem), self.arg(s, out)));
         }
         match constraints.len() {
             0 => body,
