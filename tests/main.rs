@@ -26,3 +26,4 @@ mod snapshots;
 mod tensor_ops;
 mod tensors;
 mod types;
+mod vmap;

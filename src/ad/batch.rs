@@ -113,8 +113,9 @@ fn example_shape(a: &At) -> Vec<usize> {
 fn is_tensor_example(a: &At) -> bool {
     match a {
         At::Batch(_, _, k) => *k == Example::Tensor,
-        At::Plain(v) => matches!(strip(v), Value::Tensor(_))
-            || matches!(strip(v), Value::Batched(b) if b.kind == Example::Tensor),
+        At::Plain(v) => {
+            matches!(strip(v), Value::Tensor(_)) || matches!(strip(v), Value::Batched(b) if b.kind == Example::Tensor)
+        }
     }
 }
 
@@ -206,8 +207,8 @@ pub fn binary<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRes
             return Ok(batched(tag, y, *xa, *ka));
         }
     }
-    if let (At::Batch(va, axis, Example::Tensor), At::Plain(vb)) | (At::Plain(vb), At::Batch(va, axis, Example::Tensor)) =
-        (&a, &b)
+    if let (At::Batch(va, axis, Example::Tensor), At::Plain(vb))
+    | (At::Plain(vb), At::Batch(va, axis, Example::Tensor)) = (&a, &b)
     {
         // A plain Float broadcasts against the stack wherever its batch axis is.
         if !is_tensor_example(&At::Plain(vb.clone())) {
@@ -630,7 +631,6 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
     match (a, b) {
         (At::Batch(va, xa, _), At::Plain(w)) => {
             let va = front(m, va, xa)?;
-            let bsz = shape_of(&va)[0];
             if sa.len() == 1 {
                 // A batch of row vectors is a matrix [B, n]: x @ w for each row at once. Against
                 // a stack of matrices the batch lands on the second-to-last axis.
@@ -641,7 +641,6 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
             // Stacks of matrices: the batch is one more stack axis, in front of w's.
             let va = lift(m, va, &sa, sb.len().max(sa.len()))?;
             let y = call(m, TOp::MatMul, vec![va, w])?;
-            let _ = bsz;
             result(m, y, 0)
         }
         (At::Plain(w), At::Batch(vb, xb, _)) => {

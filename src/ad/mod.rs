@@ -48,8 +48,8 @@ pub mod tensor;
 
 use crate::core::Prim;
 use crate::runtime::perturbed::{
-    is_ad, strip, tag_of, AdjFrame, Example, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, RuleCall, Suspended,
-    Tracked,
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, Example, GradState, OpFrame, Operand, RuleCall,
+    Suspended, Tracked,
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
@@ -222,6 +222,16 @@ pub(crate) fn underlying(v: &Value) -> Option<Rc<Tensor>> {
     }
 }
 
+/// A plain tensor of `v`'s shape (one example's, for a batched value), dtype and device, filled
+/// with `z` (a tangent given as a Float for a tensor).
+pub fn full_like(v: &Value, z: f64) -> FResult<Value> {
+    let shape = shape_of(v);
+    Ok(Value::Tensor(Rc::new(match underlying(v) {
+        Some(t) => t.full_like(&shape, z)?,
+        None => Tensor::full(&shape, z as f32),
+    })))
+}
+
 /// A zero of the same shape as `v` (one example's, for a batched value: the same for all).
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
@@ -255,12 +265,10 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
             .iter()
             .map(|a| {
                 Ok(match a {
-                    Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                        (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
-                        (Value::Float(z), Value::Tensor(p)) => {
-                            Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)))
-                        }
-                        (t, _) => Some(t.clone()),
+                    Value::Dual(d) if d.tag == tag => match &d.tangent {
+                        Value::Float(z) if *z == 0.0 && is_tensor(&d.primal) => None,
+                        Value::Float(z) if is_tensor(&d.primal) => Some(full_like(&d.primal, *z)?),
+                        t => Some(t.clone()),
                     },
                     _ => None,
                 })
@@ -399,14 +407,11 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
             }
         }
         // The tangent has the output's kind and shape even where an input broadcast.
-        let tangent = match (strip(&y), strip(&tangent)) {
-            (Value::Tensor(ty), Value::Tensor(tt)) if ty.shape() != tt.shape() => {
-                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
-            }
-            (Value::Tensor(ty), Value::Float(_)) => {
-                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
-            }
-            _ => tangent,
+        // (Shapes as the program sees them: one example's, for batched values.)
+        let tangent = if is_tensor(&y) && (!is_tensor(&tangent) || shape_of(&y) != shape_of(&tangent)) {
+            tensor::call(m, TOp::BroadcastTo(shape_of(&y)), vec![tangent])?
+        } else {
+            tangent
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
@@ -430,7 +435,7 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
 }
 
 /// Whether a value is a tensor under its perturbations (one example of a batched value is).
-fn is_tensor(v: &Value) -> bool {
+pub fn is_tensor(v: &Value) -> bool {
     match strip(v) {
         Value::Tensor(_) => true,
         Value::Batched(b) => b.kind == Example::Tensor,
@@ -662,9 +667,9 @@ pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {
-            Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
-                (t, _) => t.clone(),
+            Value::Dual(d) if d.tag == tag => match &d.tangent {
+                Value::Float(z) if is_tensor(&d.primal) => full_like(&d.primal, *z)?,
+                t => t.clone(),
             },
             other => zero_like(&other),
         })

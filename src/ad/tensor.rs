@@ -33,7 +33,7 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
         Value::Tensor(mask) => {
             let (xs, ms) = (ad::shape_of(&x), mask.shape().to_vec());
             let (x, mask) = match strip(&x) {
-                Value::Float(_) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
+                _ if !ad::is_tensor(&x) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
                 _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![Value::Tensor(mask)])?),
                 _ => (x, Value::Tensor(mask)),
             };

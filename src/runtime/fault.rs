@@ -57,9 +57,8 @@ impl Fault {
     /// finds out does not know the name (a builtin reading its argument), for the machine to
     /// fill in.
     pub fn unbatched(what: &str) -> Fault {
-        Fault::new(format!("`{what}` has no batching rule: it cannot run on a value batched by `vmap`")).help(
-            "apply it outside the `vmap`, or write it with operations that batch (docs/grad.md, \"vmap\")",
-        )
+        Fault::new(format!("`{what}` has no batching rule: it cannot run on a value batched by `vmap`"))
+            .help("apply it outside the `vmap`, or write it with operations that batch (docs/grad.md, \"vmap\")")
     }
 
     /// Names the builtin in a fault of `unbatched(UNBATCHED_OP)`.

@@ -33,7 +33,10 @@ pub enum Delim {
     Jvp(u32),
     /// Where the function given to `vmap` runs, once for the whole batch (`size` examples):
     /// when it returns, its result's leaves are stacked along a new axis 0 (`ad::batch`).
-    Vmap { tag: u32, size: usize },
+    Vmap {
+        tag: u32,
+        size: usize,
+    },
     /// Where `catch`'s body runs, holding its handler: a fault of the program raised above it
     /// cuts the stack back to here and calls the handler with the message (the span is the
     /// `catch` call's). A delimiter, so a

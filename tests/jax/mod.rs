@@ -63,12 +63,27 @@ enum Wrap {
 }
 
 enum Case {
-    Scalar { f: S, x: f64, t: f64, wrap: Wrap },
-    Tensor { f: T, reduce: usize, x: Vec<f64>, v: Vec<f64> },
+    Scalar {
+        f: S,
+        x: f64,
+        t: f64,
+        wrap: Wrap,
+    },
+    Tensor {
+        f: T,
+        reduce: usize,
+        x: Vec<f64>,
+        v: Vec<f64>,
+    },
     /// A tensor case's f mapped over a batch of `VMAP_B` points (`jax.vmap`): its values,
     /// per-example gradients, a tangent of the batched function, the gradient of the summed
     /// batch, and per-example Hessian-vector products.
-    Vmap { f: T, reduce: usize, xs: Vec<f64>, vs: Vec<f64> },
+    Vmap {
+        f: T,
+        reduce: usize,
+        xs: Vec<f64>,
+        vs: Vec<f64>,
+    },
 }
 
 /// The batch size of the vmap cases (each example a [2, 3] point).
