@@ -57,8 +57,8 @@ fn batched(tag: u32, value: Value, axis: usize, kind: Example) -> Value {
 
 /// Whether `tag` is the level of a batched operand (a tag belongs to one kind of level, and
 /// only a `vmap` makes batched values).
-pub fn is_batch_level(args: &[&Value], tag: u32) -> bool {
-    args.iter().any(|a| matches!(a, Value::Batched(b) if b.tag == tag))
+pub fn is_batch_level<'a>(mut args: impl Iterator<Item = &'a Value>, tag: u32) -> bool {
+    args.any(|a| matches!(a, Value::Batched(b) if b.tag == tag))
 }
 
 /// A batched value used after its `vmap` returned (kept in a reference cell or a closure): it

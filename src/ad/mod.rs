@@ -254,7 +254,7 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
         return m.forward(&op, &args);
     }
     let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
-    if batch::is_batch_level(&args.iter().collect::<Vec<_>>(), tag) {
+    if batch::is_batch_level(args.iter(), tag) {
         return batch::tensor_op(m, tag, op, args);
     }
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
@@ -380,7 +380,7 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
         return m.prim2(p, a, b);
     }
     let tag = innermost(m, tag_of(&a), tag_of(&b));
-    if batch::is_batch_level(&[&a, &b], tag) {
+    if batch::is_batch_level([&a, &b].into_iter(), tag) {
         return batch::binary(m, tag, p, a, b);
     }
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));

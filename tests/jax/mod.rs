@@ -19,6 +19,10 @@
 //!   itself: JAX cannot forward-differentiate a custom_vjp function, and this rule is f's own
 //!   derivative, so every number must be f's). The same seven numbers: recomputation in the
 //!   backward pass, a rule run as dp code and differentiated by outer levels up to third order.
+//! - Batched cases (`vmap_agrees_with_jax_on_random_programs`, not ignored): a tensor case's f
+//!   over a batch of 4 ordinary points, dp's `vmap` against `jax.vmap` — the batched values,
+//!   per-example gradients, a `jvp` of the batched function, the gradient of the summed batch
+//!   and per-example Hessian-vector products (80 numbers a case, 60 cases by default).
 //!
 //! **Agreement rules.** NaN matches only NaN; an infinity only the same infinity (for float32
 //! cases, a number beyond 1e37 also matches the infinity of its sign: dp reduces float32
