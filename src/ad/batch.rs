@@ -188,7 +188,13 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
                     one.extend_from_slice(&s[1..]);
                     v = call(m, TOp::Reshape(one), vec![v])?;
                 }
-                call(m, TOp::BroadcastTo(s), vec![v])?
+                let v = call(m, TOp::BroadcastTo(s), vec![v])?;
+                if tensors {
+                    v
+                } else {
+                    // Beside a batch of Floats (float64), a Float is one too.
+                    call(m, TOp::AsType(DType::F64), vec![v])?
+                }
             }
             At::Plain(v) => v,
         });
@@ -256,12 +262,16 @@ pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRe
     };
     // Compared as plain numbers (comparisons are not differentiated), a plain Float as a 0-d
     // tensor of the batch's dtype.
+    let template = match (&a, &b) {
+        (At::Batch(v, _, _), _) | (_, At::Batch(v, _, _)) => super::underlying(v),
+        _ => None,
+    };
     let plain = |v: At| -> FResult<Value> {
         Ok(match v {
             At::Batch(v, _, _) => strip(&v),
-            At::Plain(v) => match strip(&v) {
-                Value::Float(x) => crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![x])?),
-                other => other,
+            At::Plain(v) => match (strip(&v), &template) {
+                (Value::Float(x), Some(t)) => crate::runtime::tensor::wrap(t.full_like(&[], x)?),
+                (other, _) => other,
             },
         })
     };
@@ -356,8 +366,17 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             if args.len() == 1 =>
         {
             let At::Batch(v, axis, kind) = args.remove(0) else { return no_rule(&op) };
-            if kind != Example::Tensor {
+            // Elementwise on a batch of Floats (relu's and abs's derivatives) or of Bools too.
+            let elementwise = match kind {
+                Example::Tensor => true,
+                Example::Float(_) => matches!(op, TOp::Step | TOp::Sign),
+                Example::Bool => matches!(op, TOp::Not),
+            };
+            if !elementwise {
                 return no_rule(&op);
+            }
+            if kind != Example::Tensor {
+                return Ok(batched(tag, call(m, op, vec![v])?, axis, kind));
             }
             let last = shape_of(&v).len().saturating_sub(1);
             // The softmaxes work on the last axis: it must be an example's.
@@ -473,8 +492,8 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
         }
         // Elementwise on operands of one shape.
         TOp::Mask => {
-            let (parts, _) = align(m, args, true)?;
-            batched(tag, call(m, op, parts)?, 0, Example::Tensor)
+            let (parts, kind) = align(m, args, true)?;
+            batched(tag, call(m, op, parts)?, 0, kind)
         }
         // On image stacks: one call on all the examples' images.
         TOp::MaxPool2d(_) | TOp::MaxPool2dGrad(_) | TOp::MaxPool2dPick(_) => {
@@ -517,6 +536,8 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             let at = call(m, TOp::AsType(DType::I64), vec![at])?;
             let positions =
                 crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(&[n], (0..n as i64).collect())?);
+            let device = super::underlying(&v).map_or(crate::tensor::Device::Cpu, |t| t.device());
+            let positions = call(m, TOp::ToDevice(device), vec![positions])?;
             let hot = call(m, TOp::Cmp(Cmp::Equal), vec![at, positions])?;
             let hot = call(m, TOp::AsType(d), vec![hot])?;
             batched(tag, call(m, TOp::Reshape(with_batch(b, &shape)), vec![hot])?, 0, Example::Tensor)
