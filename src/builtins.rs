@@ -13,6 +13,7 @@ pub enum B {
     CustomVjp,
     CustomJvp,
     Checkpoint,
+    Vmap,
     StopGradient,
     Print,
     Println,
@@ -167,6 +168,8 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("custom_vjp", B::CustomVjp, "Diff a, Diff b => (a -> b) -> (a -> b -> b -> a) -> a -> b"),
     ("custom_jvp", B::CustomJvp, "Diff a, Diff b => (a -> b) -> (a -> a -> b) -> a -> b"),
     ("checkpoint", B::Checkpoint, "Diff a, Diff b => (a -> b) -> a -> b"),
+    // `Batch b c`: c is b with its Float and Tensor leaves stacked into Tensors (types/ty.rs).
+    ("vmap", B::Vmap, "Batch b c => (a -> b) -> a -> c"),
     ("stop_gradient", B::StopGradient, "a -> a"),
     ("print", B::Print, "a -> Unit"),
     ("println", B::Println, "a -> Unit"),

@@ -27,3 +27,4 @@ mod snapshots;
 mod tensor_ops;
 mod tensors;
 mod types;
+mod vmap;

@@ -39,6 +39,7 @@
 //! operations, `matmul.rs` for the fused reverse rule of `@` — are the one table of derivatives
 //! for both modes.
 
+pub mod batch;
 mod custom;
 mod host;
 mod matmul;
@@ -47,8 +48,8 @@ pub mod tensor;
 
 use crate::core::Prim;
 use crate::runtime::perturbed::{
-    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, GradState, OpFrame, Operand, RuleCall, Suspended,
-    Tracked,
+    is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, Example, GradState, OpFrame, Operand, RuleCall,
+    Suspended, Tracked,
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
@@ -68,7 +69,7 @@ pub fn strip_deep(v: &Value) -> Value {
 /// reach `f` uniquely owned when they can (the tree builtins then update tensors in place).
 pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
-        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Tensor(_) => f(v)?,
+        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) | Value::Tensor(_) => f(v)?,
         Value::Tuple(vs) => {
             Value::Tuple(Rc::new(take(vs).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?))
         }
@@ -186,26 +187,62 @@ pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     }
 }
 
-/// The shape of a (possibly perturbed) value: [] for Floats.
+/// The shape of a (possibly perturbed) value: [] for Floats. A batched value's is one
+/// example's (the shape the program sees).
 pub fn shape_of(v: &Value) -> Vec<usize> {
     match strip(v) {
         Value::Tensor(t) => t.shape().to_vec(),
+        Value::Batched(b) if b.kind == Example::Tensor => {
+            let mut s = shape_of(&b.value);
+            if b.axis < s.len() {
+                s.remove(b.axis);
+            }
+            s
+        }
         _ => Vec::new(),
     }
 }
 
-/// The dtype of a (possibly perturbed) tensor; None for Floats.
+/// The dtype of a (possibly perturbed or batched) tensor; None for Floats.
 pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
     match strip(v) {
         Value::Tensor(t) => Some(t.dtype()),
+        Value::Batched(b) if b.kind == Example::Tensor => dtype_of(&b.value),
         _ => None,
     }
 }
 
-/// A zero of the same shape as `v`.
+/// The plain tensor under every layer of `v` (perturbations and batches), if it is one: what
+/// a new tensor of the same dtype and device is made like.
+pub(crate) fn underlying(v: &Value) -> Option<Rc<Tensor>> {
+    match strip(v) {
+        Value::Tensor(t) => Some(t),
+        Value::Batched(b) => underlying(&b.value),
+        _ => None,
+    }
+}
+
+/// A plain tensor of `v`'s shape (one example's, for a batched value), dtype and device, filled
+/// with `z` (a tangent given as a Float for a tensor).
+pub fn full_like(v: &Value, z: f64) -> FResult<Value> {
+    let shape = shape_of(v);
+    Ok(Value::Tensor(Rc::new(match underlying(v) {
+        Some(t) => t.full_like(&shape, z)?,
+        None => Tensor::full(&shape, z as f32),
+    })))
+}
+
+/// A zero of the same shape as `v` (one example's, for a batched value: the same for all).
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
         Value::Tensor(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
+        b @ Value::Batched(_) if is_tensor(&b) => {
+            let shape = shape_of(&b);
+            match underlying(&b) {
+                Some(t) => Value::Tensor(Rc::new(t.full_like(&shape, 0.0).unwrap_or_else(|_| Tensor::zeros(&shape)))),
+                None => Value::Tensor(Rc::new(Tensor::zeros(&shape))),
+            }
+        }
         _ => Value::Float(0.0),
     }
 }
@@ -217,6 +254,9 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
         return m.forward(&op, &args);
     }
     let tag = args.iter().map(tag_of).fold(0, |t, u| innermost(m, t, u));
+    if batch::is_batch_level(args.iter(), tag) {
+        return batch::tensor_op(m, tag, op, args);
+    }
     let primals: Vec<Value> = args.iter().map(|a| primal_at(a, tag)).collect();
     let y = tensor::call(m, op.clone(), primals.clone())?;
     if args.iter().any(|a| matches!(a, Value::Dual(d) if d.tag == tag)) {
@@ -225,12 +265,10 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
             .iter()
             .map(|a| {
                 Ok(match a {
-                    Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                        (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
-                        (Value::Float(z), Value::Tensor(p)) => {
-                            Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)))
-                        }
-                        (t, _) => Some(t.clone()),
+                    Value::Dual(d) if d.tag == tag => match &d.tangent {
+                        Value::Float(z) if *z == 0.0 && is_tensor(&d.primal) => None,
+                        Value::Float(z) if is_tensor(&d.primal) => Some(full_like(&d.primal, *z)?),
+                        t => Some(t.clone()),
                     },
                     _ => None,
                 })
@@ -297,6 +335,9 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     if tag == 0 {
         return Err(Fault::internal(format!("`{op:?}` on {}", x.type_name())));
     }
+    if let Value::Batched(_) = x {
+        return batch::unary(m, tag, op, x);
+    }
     let p = primal_at(&x, tag);
     let y = apply_un(m, op, p.clone())?;
     match &x {
@@ -339,6 +380,9 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
         return m.prim2(p, a, b);
     }
     let tag = innermost(m, tag_of(&a), tag_of(&b));
+    if batch::is_batch_level([&a, &b].into_iter(), tag) {
+        return batch::binary(m, tag, p, a, b);
+    }
     let (pa, pb) = (primal_at(&a, tag), primal_at(&b, tag));
     let (a_in, b_in) = (tag_of(&a) == tag, tag_of(&b) == tag);
     if p == Prim::Pow && !b_in && matches!(strip(&pb), Value::Float(z) if z == 0.0) {
@@ -369,14 +413,11 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
             }
         }
         // The tangent has the output's kind and shape even where an input broadcast.
-        let tangent = match (strip(&y), strip(&tangent)) {
-            (Value::Tensor(ty), Value::Tensor(tt)) if ty.shape() != tt.shape() => {
-                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
-            }
-            (Value::Tensor(ty), Value::Float(_)) => {
-                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
-            }
-            _ => tangent,
+        // (Shapes as the program sees them: one example's, for batched values.)
+        let tangent = if is_tensor(&y) && (!is_tensor(&tangent) || shape_of(&y) != shape_of(&tangent)) {
+            tensor::call(m, TOp::BroadcastTo(shape_of(&y)), vec![tangent])?
+        } else {
+            tangent
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
     }
@@ -399,9 +440,13 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
 }
 
-/// Whether a value is a tensor under its perturbations.
-fn is_tensor(v: &Value) -> bool {
-    matches!(strip(v), Value::Tensor(_))
+/// Whether a value is a tensor under its perturbations (one example of a batched value is).
+pub fn is_tensor(v: &Value) -> bool {
+    match strip(v) {
+        Value::Tensor(_) => true,
+        Value::Batched(b) => b.kind == Example::Tensor,
+        _ => false,
+    }
 }
 
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
@@ -467,8 +512,8 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
         });
         return Ok(());
     }
-    let target_is_tensor = matches!(strip(&cell.primal), Value::Tensor(_));
-    let have_tensor = matches!(strip(&contribution), Value::Tensor(_));
+    let target_is_tensor = is_tensor(&cell.primal);
+    let have_tensor = is_tensor(&contribution);
     let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
     let contribution = match (target_is_tensor, have_tensor) {
         (false, true) => tensor::call(m, TOp::Sum, vec![contribution])?,
@@ -628,9 +673,9 @@ pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {
-            Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
-                (t, _) => t.clone(),
+            Value::Dual(d) if d.tag == tag => match &d.tangent {
+                Value::Float(z) if is_tensor(&d.primal) => full_like(&d.primal, *z)?,
+                t => t.clone(),
             },
             other => zero_like(&other),
         })

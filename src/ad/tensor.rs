@@ -10,8 +10,8 @@ use crate::core::Prim;
 use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
-use crate::runtime::{FResult, Fault};
-use crate::tensor::{Cmp, Device, TOp, Un};
+use crate::runtime::FResult;
+use crate::tensor::{Cmp, Device, TOp, Tensor, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
 pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
@@ -33,12 +33,14 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
         Value::Tensor(mask) => {
             let (xs, ms) = (ad::shape_of(&x), mask.shape().to_vec());
             let (x, mask) = match strip(&x) {
-                Value::Float(_) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
+                _ if !ad::is_tensor(&x) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
                 _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![Value::Tensor(mask)])?),
                 _ => (x, Value::Tensor(mask)),
             };
             call(m, TOp::Mask, vec![x, mask])
         }
+        // A mask per example: the select of the batching rule of `Mask`.
+        Value::Batched(_) => call(m, TOp::Mask, vec![x, mask]),
         Value::Float(k) if k > 0.0 => Ok(x),
         // A perturbed scalar selected out is an exact zero that stays perturbed, as JAX's
         // select is: an outer level's adjoint then sends an exact zero back to `x` (which
@@ -46,8 +48,7 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
         // nothing. Built from the tensor select on a 0-d tensor, whose rules already do this.
         _ if is_ad(&x) => {
             let x0 = call(m, TOp::BroadcastTo(Vec::new()), vec![x])?;
-            let Value::Tensor(x0t) = strip(&x0) else { return Err(Fault::internal("0-d broadcast of a Float")) };
-            let mask = wrap(x0t.full_like(&[], 0.0)?);
+            let mask = wrap(Tensor::from_vec(&[], vec![0.0f32])?);
             let selected = call(m, TOp::Mask, vec![x0, mask])?;
             call(m, TOp::Item, vec![selected])
         }
@@ -90,9 +91,9 @@ fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
 
 /// A 0-d zero of `v`'s floating dtype on its device (the unselected side of a `Where` rule).
 fn zero0(v: &Value) -> FResult<Value> {
-    match strip(v) {
-        Value::Tensor(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
-        _ => Ok(Value::Float(0.0)),
+    match ad::underlying(v) {
+        Some(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
+        None => Ok(Value::Float(0.0)),
     }
 }
 
@@ -101,8 +102,8 @@ fn zero0(v: &Value) -> FResult<Value> {
 /// neither equals. Built from the primal values: locally constant, not differentiated.
 fn pick_weights<H: Host>(m: &mut H, a: &Value, b: &Value, y: &Value) -> FResult<(Value, Value)> {
     let (a, b, y) = (strip(a), strip(b), strip(y));
-    let ea = m.forward(&TOp::Cmp(Cmp::Equal), &[a, y.clone()])?;
-    let eb = m.forward(&TOp::Cmp(Cmp::Equal), &[b, y])?;
+    let ea = call(m, TOp::Cmp(Cmp::Equal), vec![a, y.clone()])?;
+    let eb = call(m, TOp::Cmp(Cmp::Equal), vec![b, y])?;
     let weight = |m: &mut H, e: &Value, other: &Value| -> FResult<Value> {
         let half = m.prim2(Prim::Mul, other.clone(), Value::Float(0.5))?;
         let share = m.prim2(Prim::Sub, Value::Float(1.0), half)?;
@@ -126,11 +127,11 @@ fn sum_to<H: Host>(m: &mut H, x: &Value, v: Value) -> FResult<Value> {
 fn max_axis_weights<H: Host>(m: &mut H, x: &Value, y: &Value, axis: usize) -> FResult<Value> {
     let mut kept = ad::shape_of(x);
     kept[axis] = 1;
-    let top = m.forward(&TOp::Reshape(kept.clone()), &[strip(y)])?;
-    let at_top = m.forward(&TOp::Cmp(Cmp::Equal), &[strip(x), top])?;
+    let top = call(m, TOp::Reshape(kept.clone()), vec![strip(y)])?;
+    let at_top = call(m, TOp::Cmp(Cmp::Equal), vec![strip(x), top])?;
     let at_top = m.prim2(Prim::Mul, at_top, Value::Float(1.0))?;
-    let count = m.forward(&TOp::SumAxis(axis), std::slice::from_ref(&at_top))?;
-    let count = m.forward(&TOp::Reshape(kept), &[count])?;
+    let count = call(m, TOp::SumAxis(axis), vec![at_top.clone()])?;
+    let count = call(m, TOp::Reshape(kept), vec![count])?;
     m.prim2(Prim::Div, at_top, count)
 }
 

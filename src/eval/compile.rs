@@ -411,7 +411,13 @@ impl Builder<'_> {
             }
         }
         self.expr(c, false, span);
-        self.emit(Op::JumpIfFalse(0), span)
+        // The branch is located at its condition where that has a place of its own (a fault
+        // there names the `if`: a condition batched by `vmap`).
+        let at = match c {
+            Core::Prim(_, _, _, sp) | Core::App(_, _, sp) | Core::Var(_, sp) | Core::Field(_, _, sp) => *sp,
+            _ => span,
+        };
+        self.emit(Op::JumpIfFalse(0), at)
     }
 
     fn closure(&mut self, l: &Rc<Lambda>, span: Span) {

@@ -52,6 +52,10 @@ pub enum Control {
         x: Value,
         v: Value,
     },
+    Vmap {
+        f: Value,
+        x: Value,
+    },
     /// `custom_vjp`, `custom_jvp`, `checkpoint`.
     Custom {
         f: Value,
@@ -65,14 +69,19 @@ pub enum Control {
     },
 }
 
-/// A running `grad` (its prompt) or `jvp` on the segmented stack.
+/// A running `grad` (its prompt), `jvp` or `vmap` on the segmented stack.
 #[derive(Clone, Copy)]
 struct Level {
     tag: u32,
     /// The index of the segment this level's delimiter ends (`segs.len()`: the running one).
     pos: usize,
     grad: bool,
+    /// A `vmap`'s level (its values are batched, not perturbed).
+    batch: bool,
 }
+
+/// The message of a branch on a value that differs across a `vmap`'s examples.
+const BATCHED_BRANCH: &str = "cannot branch on a condition batched by `vmap`: each example may take another way";
 
 /// Raised when the program calls `exit`.
 pub struct ExitRequest(pub i32);
@@ -475,17 +484,23 @@ impl Machine {
                     goto!(self.resume(Action::Return(v)));
                 }
                 Op::Jump(t) => pc = t as usize,
-                Op::JumpIfFalse(t) => {
-                    if let Value::Bool(false) = self.pop() {
-                        pc = t as usize;
-                    }
-                }
+                Op::JumpIfFalse(t) => match self.pop() {
+                    Value::Bool(false) => pc = t as usize,
+                    Value::Batched(_) => fault!(Fault::new(BATCHED_BRANCH).help(
+                        "this `if` (or `&&`, `||`) tests a Bool computed from a batched value; select elementwise with `where` instead"
+                    )),
+                    _ => {}
+                },
                 Op::Pop => {
                     self.stack.pop();
                 }
                 Op::MatchOrJump(p, t) => {
                     let v = self.pop();
-                    if !match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base) {
+                    let pat = &clo.func.pats[p as usize];
+                    if reads_batched(pat, &v) {
+                        fault!(batched_match());
+                    }
+                    if !match_pattern(pat, &v, &mut self.stack, base) {
                         pc = t as usize;
                     }
                 }
@@ -495,6 +510,10 @@ impl Machine {
                     // checker never reuses a slot within a function).
                     let slot = base + s as usize;
                     let v = std::mem::take(&mut self.stack[slot]);
+                    if reads_batched(&clo.func.pats[p as usize], &v) {
+                        self.stack[slot] = v;
+                        fault!(batched_match());
+                    }
                     let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
                     value::discard(std::mem::replace(&mut self.stack[slot], v));
                     if !ok {
@@ -723,8 +742,9 @@ impl Machine {
     /// Suspends the running segment and starts an empty one ended by `delim`.
     fn push_segment(&mut self, delim: Delim) {
         let level = match delim {
-            Delim::GradPrompt(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: true }),
-            Delim::Jvp(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: false }),
+            Delim::GradPrompt(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: true, batch: false }),
+            Delim::Jvp(tag) => Some(Level { tag, pos: self.segs.len() + 1, grad: false, batch: false }),
+            Delim::Vmap { tag, .. } => Some(Level { tag, pos: self.segs.len() + 1, grad: false, batch: true }),
             _ => None,
         };
         self.levels.extend(level);
@@ -812,6 +832,14 @@ impl Machine {
                 self.restore_below()?;
                 Ok(Some(Action::Return(ad::jvp_finish(tag, v)?)))
             }
+            &Delim::Vmap { tag, size } => {
+                // Stacked while the level is still running (the stacking is batched work of
+                // the levels outside it, which record it).
+                let v = ad::settle(self, v)?;
+                let v = ad::batch::finish(self, tag, size, v)?;
+                self.restore_below()?;
+                Ok(Some(Action::Return(v)))
+            }
         }
     }
 
@@ -895,9 +923,29 @@ impl Machine {
                 self.push_segment(Delim::Jvp(tag));
                 Action::Apply(f, vec![dual], span)
             }
+            Control::Vmap { f, x } => {
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                let (batched, size) = ad::batch::start(self, &x, tag)?;
+                self.push_segment(Delim::Vmap { tag, size });
+                Action::Apply(f, vec![batched], span)
+            }
             Control::Custom { f, rule, x } => match ad::custom_level(self, &x)? {
                 // Nothing perturbs the argument: the call is `f x`.
                 None => Action::Apply(f, vec![x], span),
+                // A `vmap` is the innermost level: it batches `f`'s operations. A rule for a
+                // `grad` or `jvp` outside that `vmap` would have to run on the batch after it
+                // has returned, which is not built: refused rather than silently replaced by
+                // `f`'s own derivative. (`checkpoint` only saves memory: `f` is exact.)
+                Some(tag) if self.is_batch_level(tag) => {
+                    if !matches!(rule, Rule::Checkpoint) && ad::batch::perturbed_under_batch(&x) {
+                        return Err(Fault::new(
+                            "a custom derivative rule inside `vmap`, for a `grad` or `jvp` outside it, is not supported",
+                        )
+                        .help("put the `grad` or `jvp` inside the `vmap` (`vmap (grad …)`), where the rule applies"));
+                    }
+                    Action::Apply(f, vec![x], span)
+                }
                 Some(tag) => {
                     let grad = self.grad_handler(tag).is_some();
                     if !grad && !matches!(rule, Rule::Jvp(_)) {
@@ -969,6 +1017,11 @@ impl Machine {
         self.levels.iter().rev().find(|l| l.tag == a || l.tag == b).map(|l| l.tag)
     }
 
+    /// Whether `tag` is a running `vmap`'s level.
+    pub fn is_batch_level(&self, tag: u32) -> bool {
+        self.levels.iter().rev().find(|l| l.tag == tag).is_some_and(|l| l.batch)
+    }
+
     /// The handler segment collecting adjoints for `tag`, if that `grad` is still running: the
     /// segment just below its prompt.
     pub fn grad_handler(&mut self, tag: u32) -> Option<&mut GradState> {
@@ -990,6 +1043,7 @@ impl Machine {
             (Prim::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
             (Prim::Neg, _) => ad::apply_un(self, Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+            (Prim::Not, Value::Batched(_)) => ad::tensor::call(self, TOp::Not, vec![a]),
             (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
             _ => Err(Fault::internal(format!("`{p:?}` on {}", a.type_name()))),
         }
@@ -1025,6 +1079,11 @@ impl Machine {
                 return crate::runtime::tensor::elementwise(p, a, b)
             }
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
+            (Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _)
+                if matches!(a, Batched(_)) || matches!(b, Batched(_)) =>
+            {
+                return self.compare_batched(p, a, b)
+            }
             (Prim::Eq, _, _) => Bool(values_equal(&a, &b)?),
             (Prim::Ne, _, _) => Bool(!values_equal(&a, &b)?),
             (Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _) => Bool(ordered(p, &a, &b)?),
@@ -1077,6 +1136,10 @@ impl Machine {
                 let (f, x) = (arg(), arg());
                 return Ok(BuiltinOut::Control(Control::Custom { f, rule: Rule::Checkpoint, x }));
             }
+            B::Vmap => {
+                let (f, x) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Vmap { f, x }));
+            }
             B::Exit => match arg() {
                 Value::Int(n) => return Ok(BuiltinOut::Control(Control::Exit(n as i32))),
                 _ => return Err(Fault::internal("exit")),
@@ -1095,9 +1158,21 @@ impl Machine {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
                 x => self.math(Un::Abs, x)?,
             },
-            other => super::builtins::call(self, other, &mut arg)?,
+            other => super::builtins::call(self, other, &mut arg).map_err(|e| e.naming(TABLE[i as usize].0))?,
         };
         Ok(BuiltinOut::Value(v))
+    }
+
+    /// A comparison with a batched operand: a batch of Bools at the innermost level among the
+    /// operands (comparisons read values, not derivatives, so perturbations above it go).
+    #[inline(never)]
+    fn compare_batched(&mut self, p: Prim, a: Value, b: Value) -> FResult<Value> {
+        let (a, b) = (strip(&a), strip(&b));
+        let tag = match (crate::runtime::perturbed::tag_of(&a), crate::runtime::perturbed::tag_of(&b)) {
+            (0, t) | (t, 0) => t,
+            (s, t) => self.inner_level(s, t).unwrap_or(s.max(t)),
+        };
+        ad::batch::compare(self, tag, p, a, b)
     }
 
     fn math(&mut self, op: Un, x: Value) -> FResult<Value> {
@@ -1129,6 +1204,40 @@ fn update_record(r: Value, names: &[Rc<str>], vals: Vec<Value>) -> FResult<Value
         }
     }
     Ok(Value::Record(Rc::new(RecordVal { names: rec.names.clone(), values })))
+}
+
+/// Whether matching `v` against `p` would test a batched value against a constant: one
+/// example's Float or Bool, really B of them, which may match differently. (Binding a batched
+/// value to a name is fine.) Only the constants of a pattern look, so the common match costs a
+/// walk of the pattern.
+fn reads_batched(p: &Pattern, v: &Value) -> bool {
+    match p {
+        Pattern::Wild | Pattern::Bind(_) | Pattern::Const(Const::Unit) => false,
+        Pattern::As(_, q) => reads_batched(q, v),
+        Pattern::Const(_) => matches!(v, Value::Batched(_)),
+        Pattern::Tuple(ps) => match v {
+            Value::Tuple(vs) => ps.iter().zip(vs.iter()).any(|(p, x)| reads_batched(p, x)),
+            _ => false,
+        },
+        Pattern::Nil => false,
+        Pattern::Cons(h, t) => match v {
+            Value::Cons(c) => reads_batched(h, &c.head) || reads_batched(t, &c.tail),
+            _ => false,
+        },
+        Pattern::Con { args, .. } => match v {
+            Value::Con(c) => args.iter().zip(&c.args).any(|(p, x)| reads_batched(p, x)),
+            _ => false,
+        },
+        Pattern::Record(fs) => match v {
+            Value::Record(r) => fs.iter().any(|(n, p)| r.get(n).is_some_and(|x| reads_batched(p, x))),
+            _ => false,
+        },
+    }
+}
+
+fn batched_match() -> Fault {
+    Fault::new(format!("{BATCHED_BRANCH} (this `match` tests a batched value against a constant)"))
+        .help("select elementwise with `where`, or move the `match` outside the `vmap`")
 }
 
 fn match_pattern(p: &Pattern, v: &Value, stack: &mut [Value], base: usize) -> bool {

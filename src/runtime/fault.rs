@@ -28,6 +28,9 @@ pub struct Fault {
 
 pub type FResult<T> = Result<T, Fault>;
 
+/// The stand-in name of `Fault::unbatched`.
+pub const UNBATCHED_OP: &str = "this operation";
+
 impl Fault {
     /// A fault of the program being run.
     pub fn new(msg: impl Into<String>) -> Fault {
@@ -47,6 +50,24 @@ impl Fault {
     /// A broken invariant of dp: `msg` says which, for the bug report.
     pub fn internal(msg: impl Into<String>) -> Fault {
         Fault { kind: FaultKind::Internal, msg: msg.into(), help: None }
+    }
+
+    /// An operation met a value batched by `vmap` and has no batching rule (the program's
+    /// error, never a wrong answer): `what` names it, or is `UNBATCHED_OP` where the place that
+    /// finds out does not know the name (a builtin reading its argument), for the machine to
+    /// fill in.
+    pub fn unbatched(what: &str) -> Fault {
+        Fault::new(format!("`{what}` has no batching rule: it cannot run on a value batched by `vmap`"))
+            .help("apply it outside the `vmap`, or write it with operations that batch (docs/grad.md, \"vmap\")")
+    }
+
+    /// Names the builtin in a fault of `unbatched(UNBATCHED_OP)`.
+    pub fn naming(mut self, name: &str) -> Fault {
+        let placeholder = format!("`{UNBATCHED_OP}`");
+        if self.msg.starts_with(&placeholder) {
+            self.msg = self.msg.replacen(&placeholder, &format!("`{name}`"), 1);
+        }
+        self
     }
 
     pub fn help(mut self, h: impl Into<String>) -> Fault {

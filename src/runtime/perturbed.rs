@@ -23,6 +23,30 @@ pub struct Dual {
     pub tangent: Value,
 }
 
+/// A value of the batching level `tag` (a `vmap`): the values of all B examples stacked into
+/// one tensor `value` along its axis `axis` (JAX's BatchTracer: a value and its batch
+/// dimension). `value` may itself be perturbed or batched by levels outside this one. What
+/// one example's value is — a Tensor of `value`'s shape without that axis, a Float, or a Bool
+/// — is `kind`.
+pub struct Batched {
+    pub tag: u32,
+    pub value: Value,
+    pub axis: usize,
+    pub kind: Example,
+}
+
+/// What a batched value holds per example.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Example {
+    Tensor,
+    /// A Float: `value` has shape [B], float64, so the examples compute in a Float's
+    /// precision; the dtype of the tensor it was reduced from is what the result of `vmap`
+    /// stacks it in (as JAX's scalar of that dtype).
+    Float(crate::tensor::DType),
+    /// A Bool (a comparison of batched Floats): `value` is a bool tensor of shape [B].
+    Bool,
+}
+
 /// An adjoint record: one recorded operation's after-code, defunctionalised (what remains
 /// to be done with its output's adjoint once the rest of `f` has run).
 #[derive(Clone)]
@@ -176,23 +200,41 @@ pub fn tag_of(v: &Value) -> u32 {
     match v {
         Value::Tracked(t) => t.tag,
         Value::Dual(d) => d.tag,
+        Value::Batched(b) => b.tag,
         _ => 0,
     }
 }
 
-/// Whether a value is perturbed by some level.
+/// Whether a value is perturbed or batched by some level: the operations on it go through
+/// `ad`, which dispatches to the handler of its innermost level.
 pub fn is_ad(v: &Value) -> bool {
-    matches!(v, Value::Tracked(_) | Value::Dual(_))
+    matches!(v, Value::Tracked(_) | Value::Dual(_) | Value::Batched(_))
 }
 
-/// The plain value under every perturbation (scalars only).
+/// The value under every perturbation. A batched value is data, not a perturbation: it stays
+/// batched, with the perturbations inside it stripped (so a comparison or a builtin that is
+/// not differentiable meets the batch, and refuses it, rather than one example's worth of
+/// numbers that are really B).
 pub fn strip(v: &Value) -> Value {
     let mut v = v.clone();
     loop {
         v = match v {
             Value::Tracked(t) => t.primal.clone(),
             Value::Dual(d) => d.primal.clone(),
+            Value::Batched(b) if nested_ad(&b.value) => {
+                Value::Batched(Rc::new(Batched { tag: b.tag, value: strip(&b.value), axis: b.axis, kind: b.kind }))
+            }
             other => return other,
         }
+    }
+}
+
+/// Whether a batched value's stacked value carries a perturbation somewhere under its
+/// batching layers.
+fn nested_ad(v: &Value) -> bool {
+    match v {
+        Value::Tracked(_) | Value::Dual(_) => true,
+        Value::Batched(b) => nested_ad(&b.value),
+        _ => false,
     }
 }

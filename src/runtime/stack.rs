@@ -31,6 +31,12 @@ pub enum Delim {
     /// primal and the tangent of this tag. A delimiter rather than a frame, so that every
     /// running level is a segment boundary and their order is found without reading frames.
     Jvp(u32),
+    /// Where the function given to `vmap` runs, once for the whole batch (`size` examples):
+    /// when it returns, its result's leaves are stacked along a new axis 0 (`ad::batch`).
+    Vmap {
+        tag: u32,
+        size: usize,
+    },
     /// Where `catch`'s body runs, holding its handler: a fault of the program raised above it
     /// cuts the stack back to here and calls the handler with the message (the span is the
     /// `catch` call's). A delimiter, so a

@@ -4,7 +4,7 @@
 
 use super::code::Function;
 use super::fault::{FResult, Fault};
-use super::perturbed::{strip, Dual, Tracked};
+use super::perturbed::{strip, Batched, Dual, Example, Tracked};
 use super::stack::Segment;
 use std::cell::RefCell;
 use std::fmt::Write;
@@ -32,6 +32,8 @@ pub enum Value {
     Tracked(Rc<Tracked>),
     /// A forward-mode dual number of a `jvp`.
     Dual(Rc<Dual>),
+    /// The values of a `vmap`'s examples stacked along an axis (see `ad::batch`).
+    Batched(Rc<Batched>),
     Tensor(Rc<crate::tensor::Tensor>),
 }
 
@@ -83,6 +85,7 @@ impl Value {
             Value::Cont(r) => Value::Cont(r.clone()),
             Value::Tracked(r) => Value::Tracked(r.clone()),
             Value::Dual(r) => Value::Dual(r.clone()),
+            Value::Batched(r) => Value::Batched(r.clone()),
             Value::Tensor(r) => Value::Tensor(r.clone()),
             immediate => immediate.clone(),
         }
@@ -196,6 +199,11 @@ impl Value {
             Value::Ref(_) => "Ref",
             Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_) => "function",
             Value::Tensor(_) => "Tensor",
+            Value::Batched(b) => match b.kind {
+                Example::Tensor => "Tensor",
+                Example::Float(_) => "Float",
+                Example::Bool => "Bool",
+            },
         }
     }
 }
@@ -335,6 +343,13 @@ fn show_into(v: &Value, top: bool, out: &mut Out, depth: usize) {
         Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) => out.push_str("<fun>"),
         Value::Cont(_) => out.push_str("<continuation>"),
         Value::Tracked(_) | Value::Dual(_) => show_into(&strip(v), top, out, depth),
+        // Printed once for the whole batch (a `print` inside `vmap` runs once): the examples'
+        // values stacked along axis 0, marked as such.
+        Value::Batched(b) => {
+            let _ = write!(out, "<batched along axis {}: ", b.axis);
+            show_into(&strip(&b.value), false, out, depth + 1);
+            out.push('>');
+        }
         Value::Tensor(t) => show_tensor(t, out),
     }
 }
@@ -496,6 +511,10 @@ impl Value {
 }
 
 fn expected(what: &str, got: &Value) -> Fault {
+    if let Value::Batched(_) = got {
+        // A builtin with no batching rule reading a batched argument as one plain value.
+        return Fault::unbatched(super::fault::UNBATCHED_OP);
+    }
     Fault::internal(format!("expected {what}, got {}", got.type_name()))
 }
 

@@ -147,10 +147,16 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
     // `Broadcast a b c`: the arithmetic rule, for the builtins that mix a Float with a Tensor
     // as `+` does (its result a variable or `Tensor`).
     let mut broadcast = None;
+    // `Batch b c`: `vmap`'s result type, `c` made of `b` leaf by leaf (`Rule::Batch`).
+    let mut batch = None;
     for c in constraints.split(',').filter(|c| !c.trim().is_empty()) {
         let mut it = c.split_whitespace();
         if c.trim_start().starts_with("Broadcast") {
             broadcast = Some(it.skip(1).map(str::to_string).collect::<Vec<_>>());
+            continue;
+        }
+        if c.trim_start().starts_with("Batch") {
+            batch = Some(it.skip(1).map(str::to_string).collect::<Vec<_>>());
             continue;
         }
         let cls = match it.next() {
@@ -174,6 +180,12 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
     let rule = broadcast.map(|names| {
         let [a, b, c] = [0, 1, 2].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
         Rule::Broadcast { a, b, c, op: name }
+    });
+    let rule = rule.or_else(|| {
+        batch.map(|names| {
+            let [elem, out] = [0, 1].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
+            Rule::Batch { elem, out }
+        })
     });
     let ty = convert_simple(sub, &te, &mut vars, &answer);
     let mut qs: Vec<u32> = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
@@ -507,11 +519,20 @@ impl Checker {
                 return answer_mismatch(&mut p, &self.subst, k.origin, &callee, &context)
                     .label(span, format!("this has type `{fnd}`, which fixes them"));
             }
+            UnifyError::Batch(id, leaf) => {
+                let k = self.subst.constraint(id);
+                let shown = p.show(&self.subst, &leaf);
+                return Diagnostic::error(Phase::Type, format!("`vmap` cannot stack results of type `{shown}`"))
+                    .label(k.origin, format!("the result of the function given to this `vmap` holds values of type `{shown}`"))
+                    .label(span, format!("this has type `{fnd}`, which fixes it"))
+                    .note("vmap stacks Floats and Tensors into Tensors with a new axis 0, through tuples, records and lists; an Int, Bool, String or function result has no batched form")
+                    .help("return a Float (or a Tensor) from the mapped function, or keep that part of the result outside `vmap`");
+            }
             UnifyError::Broadcast(id, x, y) => {
                 let k = self.subst.constraint(id);
                 let op = match k.rule {
                     Rule::Broadcast { op, .. } => op,
-                    Rule::Answer { .. } => "arithmetic",
+                    Rule::Answer { .. } | Rule::Batch { .. } => "arithmetic",
                 };
                 let (sx, sy) = (p.show(&self.subst, &x), p.show(&self.subst, &y));
                 let mut d = Diagnostic::error(Phase::Type, format!("`{op}` cannot combine `{sx}` with `{sy}`"))

@@ -150,6 +150,8 @@ pub enum UnifyError {
     /// An answer constraint (by index) fails: a `shift` reached from a call returns the
     /// first type, and the `reset` around the call produces the second.
     Answer(u32, Ty, Ty),
+    /// A batch constraint (by index) meets a result leaf that cannot be stacked: its type.
+    Batch(u32, Ty),
 }
 
 /// A constraint that waits on its variables and is solved (or refined) as soon as what is
@@ -180,6 +182,10 @@ pub enum Rule {
     /// `shifts t` too; while `lower` is a variable nothing is required, and a variable left
     /// at the end means "shifts to no outer `reset`", which satisfies every such constraint.
     Answer { lower: Ty, upper: Ty },
+    /// `Batch elem out`: `out` is `elem` with every Float and Tensor leaf made a Tensor (the
+    /// examples' results stacked by `vmap`), through tuples, records and lists. Solved from
+    /// `elem` as it becomes known; any other leaf (an Int, a function, …) is an error.
+    Batch { elem: Ty, out: Ty },
 }
 
 impl Rule {
@@ -188,6 +194,7 @@ impl Rule {
         match self {
             Rule::Broadcast { a, b, c, .. } => vec![a, b, c],
             Rule::Answer { lower, upper } => vec![lower, upper],
+            Rule::Batch { elem, out } => vec![elem, out],
         }
     }
     /// The same rule over other types (`f` maps each of `types()`).
@@ -195,6 +202,7 @@ impl Rule {
         match self {
             Rule::Broadcast { a, b, c, op } => Rule::Broadcast { a: f(a), b: f(b), c: f(c), op },
             Rule::Answer { lower, upper } => Rule::Answer { lower: f(lower), upper: f(upper) },
+            Rule::Batch { elem, out } => Rule::Batch { elem: f(elem), out: f(out) },
         }
     }
 }
@@ -466,6 +474,7 @@ impl Subst {
                 _ if self.constraints[id as usize].solved => Ok(()),
                 Rule::Broadcast { a, b, c, .. } => self.solve_broadcast(id, &a, &b, &c),
                 Rule::Answer { lower, upper } => self.solve_answer(id, &lower, &upper),
+                Rule::Batch { elem, out } => self.solve_batch(id, &elem, &out),
             };
             self.origin = outer;
             if let Err(e) = r {
@@ -510,12 +519,66 @@ impl Subst {
         }
     }
 
+    /// `Batch elem out` (see `Rule::Batch`): decided one constructor of `elem` at a time, the
+    /// parts of a tuple, record or list becoming constraints of their own.
+    fn solve_batch(&mut self, id: u32, elem: &Ty, out: &Ty) -> Result<(), UnifyError> {
+        let elem = self.prune(elem);
+        // Fresh parts of `out` are joined to it at once, and binding lowers their level to
+        // its: generalisation sees them where `out` is.
+        let fresh = |s: &mut Self| s.fresh(u32::MAX / 2);
+        let mut parts: Vec<(Ty, Ty)> = Vec::new();
+        let shaped = match &elem {
+            Ty::Var(_) => {
+                // Waits on `elem`, and is found from `out`'s variables too (for schemes).
+                let mut vars = vec![];
+                free_vars(self, &elem, &mut vars);
+                free_vars(self, out, &mut vars);
+                for v in vars {
+                    self.vars[v as usize].waiting.push(id);
+                }
+                return Ok(());
+            }
+            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Float" | "Tensor") => Ty::tensor(),
+            t if t.is_error() => Ty::error(),
+            Ty::Con(n, args) if &**n == "List" && args.len() == 1 => {
+                let o = fresh(self);
+                parts.push((args[0].clone(), o.clone()));
+                Ty::list(o)
+            }
+            Ty::Tuple(ts) => {
+                let os: Vec<Ty> = ts.iter().map(|_| fresh(self)).collect();
+                parts.extend(ts.iter().cloned().zip(os.iter().cloned()));
+                Ty::Tuple(os.into())
+            }
+            Ty::Record(row) => {
+                let o = fresh(self);
+                parts.push(((**row).clone(), o.clone()));
+                Ty::Record(Rc::new(o))
+            }
+            Ty::RowEmpty => Ty::RowEmpty,
+            Ty::RowExt(l, t, rest) => {
+                let (o, orest) = (fresh(self), fresh(self));
+                parts.push(((**t).clone(), o.clone()));
+                parts.push(((**rest).clone(), orest.clone()));
+                Ty::RowExt(l.clone(), Rc::new(o), Rc::new(orest))
+            }
+            other => return Err(UnifyError::Batch(id, other.clone())),
+        };
+        self.constraints[id as usize].solved = true;
+        let origin = self.constraints[id as usize].origin;
+        for (elem, out) in parts {
+            self.constraints.push(Constraint { rule: Rule::Batch { elem, out }, origin, solved: false });
+            self.woken.push((self.constraints.len() - 1) as u32);
+        }
+        self.unify_inner(out, &shaped)
+    }
+
     fn solve_broadcast(&mut self, id: u32, a: &Ty, b: &Ty, c: &Ty) -> Result<(), UnifyError> {
         let (a, b, c) = (self.prune(a), self.prune(b), self.prune(c));
         let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
         let op = match &self.constraints[id as usize].rule {
             Rule::Broadcast { op, .. } => *op,
-            Rule::Answer { .. } => "",
+            Rule::Answer { .. } | Rule::Batch { .. } => "",
         };
         // `max_of`/`min_of` also take two values of another ordered type (Strings).
         let orders = ordering_op(op);
@@ -832,14 +895,25 @@ impl Printer {
                 shown.push(key);
             }
         };
+        // `Batch b c` (vmap's result) is shown as written.
+        let mut batches: Vec<(Ty, Ty)> = Vec::new();
+        let add_batch = |k: &Constraint, batches: &mut Vec<(Ty, Ty)>| {
+            let Rule::Batch { elem, out } = &k.rule else { return };
+            let key = (s.resolve(elem), s.resolve(out));
+            if !batches.contains(&key) {
+                batches.push(key);
+            }
+        };
         for k in own {
             add(k, &mut shown);
+            add_batch(k, &mut batches);
         }
         let mut i = 0;
         while i < vars.len() {
             let v = vars[i];
             for id in s.pending_on(v) {
                 add(s.constraint(id), &mut shown);
+                add_batch(s.constraint(id), &mut batches);
             }
             for (a, b, c) in shown.clone() {
                 for t in [a, b, c] {
@@ -869,6 +943,9 @@ impl Printer {
         }
         for (a, b, c) in &shown {
             constraints.push(format!("Broadcast {} {} {}", self.arg(s, a), self.arg(s, b), self.arg(s, c)));
+        }
+        for (elem, out) in &batches {
+            constraints.push(format!("Batch {} {}", self.arg(s, elem), self.arg(s, out)));
         }
         match constraints.len() {
             0 => body,

@@ -19,6 +19,10 @@
 //!   itself: JAX cannot forward-differentiate a custom_vjp function, and this rule is f's own
 //!   derivative, so every number must be f's). The same seven numbers: recomputation in the
 //!   backward pass, a rule run as dp code and differentiated by outer levels up to third order.
+//! - Batched cases (`vmap_agrees_with_jax_on_random_programs`, not ignored): a tensor case's f
+//!   over a batch of 4 ordinary points, dp's `vmap` against `jax.vmap` — the batched values,
+//!   per-example gradients, a `jvp` of the batched function, the gradient of the summed batch
+//!   and per-example Hessian-vector products (80 numbers a case, 60 cases by default).
 //!
 //! **Agreement rules.** NaN matches only NaN; an infinity only the same infinity (for float32
 //! cases, a number beyond 1e37 also matches the infinity of its sign: dp reduces float32
@@ -78,8 +82,43 @@ enum Wrap {
 }
 
 enum Case {
-    Scalar { f: S, x: f64, t: f64, wrap: Wrap },
-    Tensor { f: T, reduce: usize, x: Vec<f64>, v: Vec<f64> },
+    Scalar {
+        f: S,
+        x: f64,
+        t: f64,
+        wrap: Wrap,
+    },
+    Tensor {
+        f: T,
+        reduce: usize,
+        x: Vec<f64>,
+        v: Vec<f64>,
+    },
+    /// A tensor case's f mapped over a batch of `VMAP_B` points (`jax.vmap`): its values,
+    /// per-example gradients, a tangent of the batched function, the gradient of the summed
+    /// batch, and per-example Hessian-vector products.
+    Vmap {
+        f: T,
+        reduce: usize,
+        xs: Vec<f64>,
+        vs: Vec<f64>,
+    },
+}
+
+/// The batch size of the vmap cases (each example a [2, 3] point).
+const VMAP_B: usize = 4;
+
+fn vmap_case(seed: u64) -> Case {
+    let mut rng = Rng::new(seed);
+    let f = Gen { rng: &mut rng, vars: 1, depth: 0 }.tensor();
+    let mut reduce = rng.below(REDUCE.len());
+    if reduce == 2 && !tie_free(&f) {
+        reduce = 0;
+    }
+    // Ordinary points: batching is the subject here, the edges are the other cases'.
+    let xs = values(&mut rng, 6 * VMAP_B, 0.0);
+    let vs = values(&mut rng, 6 * VMAP_B, 0.0);
+    Case::Vmap { f, reduce, xs, vs }
 }
 
 fn scalar_case(seed: u64, wrap: Wrap) -> Case {
@@ -120,7 +159,10 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
          g = jax.grad\n\
          def scalar(f, x, t):\n    return [f(x), g(f)(x), jax.jvp(f, (x,), (t,))[1], g(g(f))(x), g(g(g(f)))(x),\n\
          \x20           jax.jvp(g(f), (x,), (t,))[1], g(lambda y: jax.jvp(f, (y,), (t,))[1])(x)]\n\
-         def tensor(f, x, v):\n    return [f(x), g(f)(x), jax.jvp(f, (x,), (v,))[1], jax.jvp(g(f), (x,), (v,))[1]]\n",
+         def tensor(f, x, v):\n    return [f(x), g(f)(x), jax.jvp(f, (x,), (v,))[1], jax.jvp(g(f), (x,), (v,))[1]]\n\
+         def vcase(f, xs, vs):\n    vf = jax.vmap(f)\n\
+         \x20   return [vf(xs), jax.vmap(g(f))(xs), jax.jvp(vf, (xs,), (vs,))[1], g(lambda a: jnp.sum(vf(a)))(xs),\n\
+         \x20           jax.vmap(lambda x, v: jax.jvp(g(f), (x,), (v,))[1])(xs, vs)]\n",
     );
     for (i, case) in cases {
         match case {
@@ -162,6 +204,27 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                 let _ =
                     writeln!(py, "case({i}, lambda: tensor(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
             }
+            Case::Vmap { f, reduce, xs, vs } => {
+                let (rd, rj) = REDUCE[*reduce];
+                let _ = writeln!(dp, "let f{i} = fun t -> {rd} {}", print_tensor(f, true));
+                let batch = |v: &[f64], dp: bool| {
+                    let flat = tensor_lit(v, 3, dp);
+                    if dp {
+                        format!("(reshape {flat} [{VMAP_B}, 2, 3])")
+                    } else {
+                        format!("jnp.reshape({flat}, ({VMAP_B}, 2, 3))")
+                    }
+                };
+                let (xd, vd) = (batch(xs, true), batch(vs, true));
+                let _ = writeln!(
+                    dp,
+                    "let () = println ({i}, vmap f{i} {xd}, vmap (grad f{i}) {xd}, snd (jvp (vmap f{i}) {xd} {vd}), \
+                     grad (fun a -> sum (vmap f{i} a)) {xd}, vmap (fun (x, v) -> snd (jvp (grad f{i}) x v)) ({xd}, {vd}))"
+                );
+                let (xj, vj) = (batch(xs, false), batch(vs, false));
+                let _ =
+                    writeln!(py, "case({i}, lambda: vcase(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
+            }
         }
     }
     (dp, py)
@@ -170,14 +233,14 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
 fn case_x(c: &Case) -> f64 {
     match c {
         Case::Scalar { x, .. } => *x,
-        Case::Tensor { .. } => 0.0,
+        Case::Tensor { .. } | Case::Vmap { .. } => 0.0,
     }
 }
 
 fn case_t(c: &Case) -> f64 {
     match c {
         Case::Scalar { t, .. } => *t,
-        Case::Tensor { .. } => 0.0,
+        Case::Tensor { .. } | Case::Vmap { .. } => 0.0,
     }
 }
 
@@ -196,13 +259,14 @@ fn agree(d: f64, j: f64, f32: bool, atol: f64) -> bool {
 
 /// Compares one case's numbers; `None` when they agree.
 fn compare(case: &Case, dp: &[f64], jax: &[f64]) -> Option<String> {
-    let f32 = matches!(case, Case::Tensor { .. });
+    let f32 = matches!(case, Case::Tensor { .. } | Case::Vmap { .. });
     if dp.len() != jax.len() {
         return Some(format!("{} numbers from dp, {} from JAX", dp.len(), jax.len()));
     }
     // max with a NaN value: only the value is compared (see the module comment).
     let n = match case {
         Case::Tensor { reduce: 2, .. } if jax.first().is_some_and(|v| v.is_nan()) => 1,
+        Case::Vmap { reduce: 2, .. } if jax.iter().take(VMAP_B).any(|v| v.is_nan()) => VMAP_B,
         _ => dp.len(),
     };
     let scale = jax.iter().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs()));
@@ -307,6 +371,32 @@ fn derivatives_agree_with_jax_on_random_programs() {
     assert!(failures.is_empty(), "dp and JAX disagree on {} case(s):\n{}", failures.len(), failures.join("\n"));
     // Every case printed its numbers: 7 for a scalar case, 14 for a tensor case.
     assert!(compared == count * 28, "{compared} numbers compared, expected {}", count * 28);
+    if std::env::var("DP_JAX_KEEP").is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// `vmap` against `jax.vmap` (issue 15) on random tensor functions: batched values, per-example
+/// gradients (`vmap (grad f)`), a `jvp` of the batched function, `grad` of the summed batch and
+/// per-example Hessian-vector products (`vmap` of `jvp` of `grad`), 80 numbers a case.
+#[test]
+fn vmap_agrees_with_jax_on_random_programs() {
+    let Some(python) = crate::python::python_with(&["jax"], "the vmap test against JAX") else { return };
+    let count = env_num("DP_JAX_COUNT").map_or(60, |n| n as usize);
+    let seed = env_num("DP_JAX_SEED").unwrap_or(DEFAULT_SEED) + 50_000;
+    let dir = std::env::temp_dir().join(format!("dp-jax-vmap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the programs' directory");
+    let cases: Vec<(usize, Case)> = (0..count).map(|i| (i, vmap_case(seed + i as u64))).collect();
+    let (mut failures, mut compared) = (Vec::new(), 0);
+    for b in cases.chunks(BATCH) {
+        let (f, k) = run_batch(&python, b, &dir);
+        failures.extend(f);
+        compared += k;
+    }
+    eprintln!("jax vmap: {count} cases, seed {seed}: {compared} numbers compared, {} cases disagree", failures.len());
+    assert!(failures.is_empty(), "dp and JAX disagree on {} case(s):\n{}", failures.len(), failures.join("\n"));
+    let per_case = VMAP_B * (1 + 6 + 1 + 6 + 6);
+    assert!(compared == count * per_case, "{compared} numbers compared, expected {}", count * per_case);
     if std::env::var("DP_JAX_KEEP").is_err() {
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -104,7 +104,12 @@ fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
     fn walk(v: &Value, depth: usize, shape: &[usize], data: &mut Vec<Value>) -> FResult<()> {
         if depth == shape.len() {
             return match strip(v) {
+                // (A batch of Floats, inside `vmap`: one Float per example.)
                 Value::Float(_) | Value::Int(_) | Value::Bool(_) => {
+                    data.push(v.clone());
+                    Ok(())
+                }
+                Value::Batched(b) if b.kind != crate::runtime::perturbed::Example::Tensor => {
                     data.push(v.clone());
                     Ok(())
                 }

@@ -30,6 +30,13 @@ fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
 /// the plain clamp and the perturbation of `x` is kept with weight w by
 /// `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`.
 fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
+    if let Value::Batched(_) = strip(&x) {
+        // A batch: a tensor leaf is the `clip` builtin's; a batch of Floats has no rule yet.
+        if !ad::is_tensor(&x) {
+            return Err(Fault::unbatched("tree_clip"));
+        }
+        return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x);
+    }
     let c = clamp(&x, lo, hi)?;
     if !is_ad(&x) {
         return Ok(c);
@@ -99,8 +106,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut total = Value::Float(0.0);
             map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
-                let s =
-                    if matches!(strip(&sq), Value::Tensor(_)) { ad::tensor::call(m, TOp::Sum, vec![sq])? } else { sq };
+                let s = if ad::is_tensor(&sq) { ad::tensor::call(m, TOp::Sum, vec![sq])? } else { sq };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
                 Ok(x)
             })?;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/vmap (issue 15): per-example gradients of the W2 MLP for a batch of 128 with
+# `vmap (grad …)`, beside JAX's jit(vmap(grad)) and PyTorch's torch.func.vmap(grad) (when
+# installed), in one run.
+#
+#   bench/vmap/run.sh      (DP: the dp binary, default target/release/dp; VENV: a Python with
+#                           numpy and jax, default /tmp/dp-pyvenv; TORCH_VENV: one with torch,
+#                           default /tmp/bench-venv; R: repetitions, default 6)
+#
+# dp's seconds per batch = (T(REPS = R) - T(REPS = 1)) / (R - 1), T the median wall time of 3
+# processes, so start-up and loading cancel out; the references report the median of 7 calls
+# after a warm-up. The checksums (the sum of all per-example gradients, of the first example's
+# W1 gradient) must agree to float32 rounding.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DP=${DP:-$ROOT/target/release/dp}
+VENV=${VENV:-/tmp/dp-pyvenv}
+TORCH_VENV=${TORCH_VENV:-/tmp/bench-venv}
+R=${R:-6}
+DATA=$(mktemp -d)
+trap 'rm -rf "$DATA"' EXIT
+"$VENV/bin/python" "$HERE/make_data.py" "$DATA"
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+wall() {   # reps: median of 3 wall times (seconds)
+    for _ in 1 2 3; do
+        local s e
+        s=$(date +%s.%N); "$DP" run "$HERE/per_example.dp" "$DATA" "$1" > "$DATA/out"; e=$(date +%s.%N)
+        echo "$e - $s" | bc -l
+    done | sort -n | sed -n 2p
+}
+t1=$(wall 1); tr=$(wall "$R")
+echo "dp:vmap(grad) seconds $(echo "($tr - $t1) / ($R - 1)" | bc -l | cut -c1-8) $(cat "$DATA/out")"
+"$VENV/bin/python" "$HERE/per_example.py" "$DATA" 2>/dev/null | grep -v "^torch"
+if [ -x "$TORCH_VENV/bin/python" ]; then
+    "$TORCH_VENV/bin/python" "$HERE/per_example.py" "$DATA" 2>/dev/null | grep -v "^jax"
+fi
