@@ -12,7 +12,7 @@
 use super::{
     accumulate, add_leafwise, innermost, live, map_leaves, primal_at, run_backward, zero_like, zip_leaves, Back, Host,
 };
-use crate::runtime::perturbed::{strip, tag_of, AdjFrame, CustomFrame, Dual, Rule, RuleCall, Suspended, Tracked};
+use crate::runtime::perturbed::{tag_of, AdjFrame, CustomFrame, Dual, Rule, RuleCall, Suspended, Tracked};
 use crate::runtime::value::{Pap, Value};
 use crate::runtime::FResult;
 use crate::source::Span;
@@ -40,8 +40,8 @@ pub fn peel<H: Host>(m: &mut H, x: &Value, tag: u32) -> FResult<Value> {
 pub fn tangents_at<H: Host>(m: &mut H, x: &Value, tag: u32) -> FResult<Value> {
     map_leaves(x.clone(), &mut |leaf| {
         Ok(match live(m, leaf) {
-            Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
+            Value::Dual(d) if d.tag == tag => match (&d.tangent, super::tensor_like(&d.primal)) {
+                (Value::Float(z), Some(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
                 (t, _) => t.clone(),
             },
             other => zero_like(&other),

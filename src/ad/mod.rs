@@ -68,7 +68,7 @@ pub fn strip_deep(v: &Value) -> Value {
 /// reach `f` uniquely owned when they can (the tree builtins then update tensors in place).
 pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
-        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Tensor(_) => f(v)?,
+        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Tensor(_) | Value::Staged(_) => f(v)?,
         Value::Tuple(vs) => {
             Value::Tuple(Rc::new(take(vs).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?))
         }
@@ -182,31 +182,48 @@ pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
         Value::Tensor(t) => Ok(Value::Tensor(Rc::new(m.unary(op, t)?))),
+        Value::Staged(_) => m.un_other(op, x),
         other => unary(m, op, other),
     }
 }
 
-/// The shape of a (possibly perturbed) value: [] for Floats.
-pub fn shape_of(v: &Value) -> Vec<usize> {
+/// The tensor whose shape, dtype and device a (possibly perturbed or traced) tensor value
+/// has: itself, or a traced value's example (see runtime/staged.rs). For those questions
+/// only: a traced value's numbers are one call's and must not be computed with.
+pub fn tensor_like(v: &Value) -> Option<Rc<Tensor>> {
     match strip(v) {
-        Value::Tensor(t) => t.shape().to_vec(),
-        _ => Vec::new(),
-    }
-}
-
-/// The dtype of a (possibly perturbed) tensor; None for Floats.
-pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
-    match strip(v) {
-        Value::Tensor(t) => Some(t.dtype()),
+        Value::Tensor(t) => Some(t),
+        Value::Staged(s) => match &s.example {
+            Value::Tensor(t) => Some(t.clone()),
+            _ => None,
+        },
         _ => None,
     }
 }
 
-/// A zero of the same shape as `v`.
-pub fn zero_like(v: &Value) -> Value {
+/// The shape of a (possibly perturbed or traced) value: [] for Floats.
+pub fn shape_of(v: &Value) -> Vec<usize> {
     match strip(v) {
-        Value::Tensor(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
-        _ => Value::Float(0.0),
+        Value::Tensor(t) => t.shape().to_vec(),
+        Value::Staged(s) => s.shape(),
+        _ => Vec::new(),
+    }
+}
+
+/// The dtype of a (possibly perturbed or traced) tensor; None for Floats.
+pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
+    match strip(v) {
+        Value::Tensor(t) => Some(t.dtype()),
+        Value::Staged(s) => s.dtype(),
+        _ => None,
+    }
+}
+
+/// A zero of the same shape as `v` (a plain constant, also for a traced `v`).
+pub fn zero_like(v: &Value) -> Value {
+    match tensor_like(v) {
+        Some(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
+        None => Value::Float(0.0),
     }
 }
 
@@ -225,11 +242,9 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
             .iter()
             .map(|a| {
                 Ok(match a {
-                    Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                        (Value::Float(z), Value::Tensor(_)) if *z == 0.0 => None,
-                        (Value::Float(z), Value::Tensor(p)) => {
-                            Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)))
-                        }
+                    Value::Dual(d) if d.tag == tag => match (&d.tangent, tensor_like(&d.primal)) {
+                        (Value::Float(z), Some(_)) if *z == 0.0 => None,
+                        (Value::Float(z), Some(p)) => Some(Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?))),
                         (t, _) => Some(t.clone()),
                     },
                     _ => None,
@@ -311,6 +326,10 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
             let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = match dy {
+                // A traced mask is a select too (what it selects is known only at run time).
+                Some(dy) if rules::selects(op) && !matches!(dy, Value::Float(_)) => {
+                    AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))
+                }
                 // A selected-out derivative (relu at x ≤ 0 or NaN) still sends back an exact
                 // zero, as JAX's select does: the zero then meets the partials below it, so a
                 // NaN partial there gives NaN, while an infinite adjoint from above gives 0
@@ -363,13 +382,11 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
             }
         }
         // The tangent has the output's kind and shape even where an input broadcast.
-        let tangent = match (strip(&y), strip(&tangent)) {
-            (Value::Tensor(ty), Value::Tensor(tt)) if ty.shape() != tt.shape() => {
+        let tangent = match (tensor_like(&y), tensor_like(&tangent)) {
+            (Some(ty), Some(tt)) if ty.shape() != tt.shape() => {
                 tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
             }
-            (Value::Tensor(ty), Value::Float(_)) => {
-                tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?
-            }
+            (Some(ty), None) => tensor::call(m, TOp::BroadcastTo(ty.shape().to_vec()), vec![tangent])?,
             _ => tangent,
         };
         return Ok(Value::Dual(Rc::new(Dual { tag, primal: y, tangent })));
@@ -393,9 +410,9 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
 }
 
-/// Whether a value is a tensor under its perturbations.
-fn is_tensor(v: &Value) -> bool {
-    matches!(strip(v), Value::Tensor(_))
+/// Whether a value is a tensor (or a traced tensor) under its perturbations.
+pub fn is_tensor(v: &Value) -> bool {
+    tensor_like(v).is_some()
 }
 
 /// Records y = a `p` b for reverse mode at `tag`: a tracked output and the adjoint frame that
@@ -461,8 +478,8 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
         });
         return Ok(());
     }
-    let target_is_tensor = matches!(strip(&cell.primal), Value::Tensor(_));
-    let have_tensor = matches!(strip(&contribution), Value::Tensor(_));
+    let target_is_tensor = is_tensor(&cell.primal);
+    let have_tensor = is_tensor(&contribution);
     let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
     let contribution = match (target_is_tensor, have_tensor) {
         (false, true) => tensor::call(m, TOp::Sum, vec![contribution])?,
@@ -622,8 +639,8 @@ pub fn jvp_finish(tag: u32, y: Value) -> FResult<Value> {
     let primal = map_leaves(y.clone(), &mut |leaf| Ok(primal_at(&leaf, tag)))?;
     let tangent = map_leaves(y, &mut |leaf| {
         Ok(match leaf {
-            Value::Dual(d) if d.tag == tag => match (&d.tangent, strip(&d.primal)) {
-                (Value::Float(z), Value::Tensor(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
+            Value::Dual(d) if d.tag == tag => match (&d.tangent, tensor_like(&d.primal)) {
+                (Value::Float(z), Some(p)) => Value::Tensor(Rc::new(p.full_like(p.shape(), *z)?)),
                 (t, _) => t.clone(),
             },
             other => zero_like(&other),

@@ -30,15 +30,17 @@ fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
 /// `select` in the rules of relu and `**`), so a zero local derivative stops any adjoint.
 pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
     match strip(&mask) {
-        Value::Tensor(mask) => {
-            let (xs, ms) = (ad::shape_of(&x), mask.shape().to_vec());
+        mask @ (Value::Tensor(_) | Value::Staged(_)) if ad::is_tensor(&mask) => {
+            let (xs, ms) = (ad::shape_of(&x), ad::shape_of(&mask));
             let (x, mask) = match strip(&x) {
-                Value::Float(_) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
-                _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![Value::Tensor(mask)])?),
-                _ => (x, Value::Tensor(mask)),
+                Value::Float(_) => (call(m, TOp::BroadcastTo(ms), vec![x])?, mask),
+                _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![mask])?),
+                _ => (x, mask),
             };
             call(m, TOp::Mask, vec![x, mask])
         }
+        // A traced Float mask: the staged program selects (on Floats, exec.rs).
+        mask @ Value::Staged(_) => call(m, TOp::Mask, vec![x, mask]),
         k => Ok(if matches!(k, Value::Float(k) if k > 0.0) { x } else { ad::zero_like(&x) }),
     }
 }
@@ -54,9 +56,9 @@ fn sum_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
 
 /// The device of a (possibly perturbed) tensor; the CPU for Floats.
 fn device_of(v: &Value) -> Device {
-    match strip(v) {
-        Value::Tensor(t) => t.device(),
-        _ => Device::Cpu,
+    match ad::tensor_like(v) {
+        Some(t) => t.device(),
+        None => Device::Cpu,
     }
 }
 
@@ -64,7 +66,7 @@ fn device_of(v: &Value) -> Device {
 /// (the adjoint of a reduction to a Float).
 fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
     let s0 = ad::shape_of(x);
-    let Value::Tensor(t) = strip(x) else { return call(m, TOp::BroadcastTo(s0), vec![g]) };
+    let Some(t) = ad::tensor_like(x) else { return call(m, TOp::BroadcastTo(s0), vec![g]) };
     match g {
         Value::Float(v) => Ok(wrap(t.full_like(&s0, v)?)),
         Value::Tensor(_) => call(m, TOp::BroadcastTo(s0), vec![g]),
@@ -78,9 +80,9 @@ fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
 
 /// A 0-d zero of `v`'s floating dtype on its device (the unselected side of a `Where` rule).
 fn zero0(v: &Value) -> FResult<Value> {
-    match strip(v) {
-        Value::Tensor(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
-        _ => Ok(Value::Float(0.0)),
+    match ad::tensor_like(v) {
+        Some(t) => Ok(wrap(t.full_like(&[], 0.0)?)),
+        None => Ok(Value::Float(0.0)),
     }
 }
 

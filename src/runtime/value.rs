@@ -33,6 +33,8 @@ pub enum Value {
     /// A forward-mode dual number of a `jvp`.
     Dual(Rc<Dual>),
     Tensor(Rc<crate::tensor::Tensor>),
+    /// A Float or tensor traced by `jit` (see `stage`).
+    Staged(Rc<super::staged::Staged>),
 }
 
 // Written out (rather than derived) so the immediate cases inline into the machine's hot loop.
@@ -84,6 +86,7 @@ impl Value {
             Value::Tracked(r) => Value::Tracked(r.clone()),
             Value::Dual(r) => Value::Dual(r.clone()),
             Value::Tensor(r) => Value::Tensor(r.clone()),
+            Value::Staged(r) => Value::Staged(r.clone()),
             immediate => immediate.clone(),
         }
     }
@@ -196,6 +199,8 @@ impl Value {
             Value::Ref(_) => "Ref",
             Value::Closure(_) | Value::Builtin(_) | Value::Pap(_) | Value::Cont(_) => "function",
             Value::Tensor(_) => "Tensor",
+            Value::Staged(s) if s.tensor().is_some() => "Tensor",
+            Value::Staged(_) => "Float",
         }
     }
 }
@@ -336,6 +341,9 @@ fn show_into(v: &Value, top: bool, out: &mut Out, depth: usize) {
         Value::Cont(_) => out.push_str("<continuation>"),
         Value::Tracked(_) | Value::Dual(_) => show_into(&strip(v), top, out, depth),
         Value::Tensor(t) => show_tensor(t, out),
+        // Only reached by a traced value that escaped its `jit` (printing one inside is
+        // refused): its numbers belong to one call.
+        Value::Staged(_) => out.push_str("<traced>"),
     }
 }
 

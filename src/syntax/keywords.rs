@@ -17,6 +17,7 @@ pub const BUILTINS: &[&str] = &[
     "custom_vjp",
     "custom_jvp",
     "checkpoint",
+    "jit",
     "jvp",
     "stop_gradient",
     // input and output

@@ -19,7 +19,7 @@ use crate::tensor::{fmt_shape, Cmp, TOp, Un};
 /// partner gives float32, as arithmetic's weakly typed Floats do) on its device. A perturbed
 /// Float stays differentiable: it scales a 0-d one.
 fn scalar_like(m: &mut Machine, x: Value, partner: &Value) -> FResult<Value> {
-    let Value::Tensor(t) = strip(partner) else {
+    let Some(t) = ad::tensor_like(partner) else {
         return Err(Fault::internal("a Float operand without a tensor beside it"));
     };
     match x {
@@ -33,7 +33,7 @@ fn scalar_like(m: &mut Machine, x: Value, partner: &Value) -> FResult<Value> {
 
 /// Two operands of a broadcasting operation as tensors (the checker lets one be a Float).
 fn tensors(m: &mut Machine, a: Value, b: Value, what: &str) -> FResult<(Value, Value)> {
-    let is_tensor = |v: &Value| matches!(strip(v), Value::Tensor(_));
+    let is_tensor = ad::is_tensor;
     Ok(match (is_tensor(&a), is_tensor(&b)) {
         (true, true) => (a, b),
         (false, true) => (scalar_like(m, a, &b)?, b),
@@ -54,7 +54,7 @@ fn compare(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
 /// `max_of`/`min_of`: elementwise on tensors (differentiable, JAX's tie rule); on two Ints,
 /// Floats or Strings the larger (smaller) one, `a` when they are equal, as before tensors.
 fn pick(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
-    if matches!(strip(&a), Value::Tensor(_)) || matches!(strip(&b), Value::Tensor(_)) {
+    if ad::is_tensor(&a) || ad::is_tensor(&b) {
         let (a, b) = tensors(m, a, b, c.name())?;
         return ad::tensor::call(m, TOp::Cmp(c), vec![a, b]);
     }
