@@ -35,7 +35,8 @@ use trace::Trace;
 
 pub use trace::escaped;
 
-/// At most this many signatures are kept per staged function (the oldest goes first) ...
+/// At most this many signatures are kept per staged function (the least recently used goes
+/// first) ...
 const SIGNATURES_PER_FUNCTION: usize = 8;
 /// ... and this many staged functions.
 const FUNCTIONS: usize = 64;
@@ -289,8 +290,13 @@ impl Jit {
         self.clock += 1;
         let Some(func) = self.functions.get_mut(&key_of(f)) else { return Ok(Call::Trace) };
         func.used = self.clock;
-        let Some(c) = func.compiled.iter().find(|c| c.sig == sig) else { return Ok(Call::Trace) };
+        let Some(at) = func.compiled.iter().position(|c| c.sig == sig) else { return Ok(Call::Trace) };
+        // Least recently used last out: the hit moves to the back.
+        if let Some(c) = func.compiled.remove(at) {
+            func.compiled.push_back(c);
+        }
         let id = func.id;
+        let Some(c) = func.compiled.back() else { return Ok(Call::Trace) };
         let v = exec::run(&c.prog, &c.last, leaves)?;
         self.note(|| format!("hit #{id} {}", show_sig(&sig)));
         Ok(Call::Done(v))
