@@ -1272,6 +1272,15 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::BroadcastTo
             | B::Ravel
             | B::Get
+            | B::TreeAdd
+            | B::TreeSub
+            | B::TreeMul
+            | B::TreeDiv
+            | B::TreeScale
+            | B::TreeAddScalar
+            | B::TreeSqrt
+            | B::TreeZeros
+            | B::TreeSumSquares
     );
     if !stages && args.iter().any(stage::holds_staged) {
         return Err(stage::refuse(&format!("`{name}`")));

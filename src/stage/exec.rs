@@ -12,18 +12,23 @@ use crate::tensor::{cpu, TOp};
 use std::rc::Rc;
 
 /// One operation on plain Floats and tensors.
+/// The machine's own Float arithmetic (Machine::prim2), operation for operation.
+#[inline]
+fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
+    Ok(match p {
+        Prim::Add => x + y,
+        Prim::Sub => x - y,
+        Prim::Mul => x * y,
+        Prim::Div => x / y,
+        Prim::Pow => x.powf(y),
+        _ => return Err(Fault::internal(format!("staged `{p:?}`"))),
+    })
+}
+
 pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
     let floats: Option<Vec<f64>> = args.iter().map(|a| if let Value::Float(x) = a { Some(*x) } else { None }).collect();
     match (op, floats.as_deref()) {
-        // The machine's own Float arithmetic (Machine::prim2), operation for operation.
-        (Op::Bin(p), Some(&[x, y])) => Ok(Value::Float(match p {
-            Prim::Add => x + y,
-            Prim::Sub => x - y,
-            Prim::Mul => x * y,
-            Prim::Div => x / y,
-            Prim::Pow => x.powf(y),
-            _ => return Err(Fault::internal(format!("staged `{p:?}`"))),
-        })),
+        (Op::Bin(p), Some(&[x, y])) => Ok(Value::Float(float_bin(*p, x, y)?)),
         (Op::Un(u), Some(&[x])) => Ok(Value::Float(u.eval(x))),
         // The derivative rules' masks on a traced Float (on a plain Float the rules decide
         // them directly, as the scalar rules in ad/rules.rs do; these are those decisions).
@@ -68,6 +73,11 @@ pub fn run(p: &Program, last: &[Option<u32>], mut inputs: Vec<Value>) -> FResult
         let v = match node {
             Node::Input(k) => std::mem::take(&mut inputs[*k]),
             Node::Const(v) => v.clone(),
+            // Scalar code: straight to the f64 operation, with no operand vector.
+            Node::Apply(Op::Bin(p), args) if is_float(&slots, args) => {
+                Value::Float(float_bin(*p, float(&slots, args[0]), float(&slots, args[1]))?)
+            }
+            Node::Apply(Op::Un(u), args) if is_float(&slots, args) => Value::Float(u.eval(float(&slots, args[0]))),
             Node::Apply(op, args) => {
                 let vals = args
                     .iter()
@@ -87,6 +97,17 @@ pub fn run(p: &Program, last: &[Option<u32>], mut inputs: Vec<Value>) -> FResult
     }
     let outs: Vec<Value> = p.outputs.iter().map(|&o| slots[o as usize].clone()).collect();
     Ok(build(&p.template, &outs))
+}
+
+fn is_float(slots: &[Value], args: &[u32]) -> bool {
+    args.iter().all(|&a| matches!(slots[a as usize], Value::Float(_)))
+}
+
+fn float(slots: &[Value], a: u32) -> f64 {
+    match slots[a as usize] {
+        Value::Float(x) => x,
+        _ => f64::NAN,
+    }
 }
 
 /// Whether a node reads operand `a` twice (`x * x`): it is then cloned, not moved.

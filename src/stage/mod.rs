@@ -61,7 +61,7 @@ enum Sig {
 
 struct Compiled {
     sig: Vec<Sig>,
-    prog: Program,
+    prog: Rc<Program>,
     last: Vec<Option<u32>>,
 }
 
@@ -105,8 +105,8 @@ pub struct Jit {
     clock: u64,
     log: bool,
     dump: bool,
-    /// The last program compiled, as `DP_DUMP_IR` prints it (the REPL's `:ir`).
-    pub last_ir: Option<String>,
+    /// The last program compiled, with its heading (the REPL's `:ir` prints it).
+    last: Option<(String, Rc<Program>)>,
 }
 
 impl Default for Jit {
@@ -260,8 +260,13 @@ impl Jit {
             clock: 0,
             log: env_flag("DP_JIT_LOG"),
             dump: env_flag("DP_DUMP_IR"),
-            last_ir: None,
+            last: None,
         }
+    }
+
+    /// The program compiled last, as `DP_DUMP_IR` prints it (the REPL's `:ir`).
+    pub fn last_ir(&self) -> Option<String> {
+        self.last.as_ref().map(|(heading, prog)| format!("{heading}\n{prog}"))
     }
 
     /// Whether a staged function is being traced.
@@ -342,11 +347,10 @@ impl Jit {
         });
         func.used = self.clock;
         let id = func.id;
-        let text = format!("jit #{id} {}:\n{prog}", show_sig(&sig));
+        let heading = format!("jit #{id} {}:", show_sig(&sig));
         if self.dump {
-            eprint!("{text}");
+            eprint!("{heading}\n{prog}");
         }
-        self.last_ir = Some(text);
         let result = exec::run(&prog, &last, leaves);
         let after = prog.work();
         if func.compiled.len() >= SIGNATURES_PER_FUNCTION {
@@ -357,6 +361,8 @@ impl Jit {
             "trace #{id} {} in {elapsed:.2} ms: {before} operations, {after} after optimisation",
             show_sig(&sig)
         );
+        let prog = Rc::new(prog);
+        self.last = Some((heading, prog.clone()));
         func.compiled.push_back(Compiled { sig, prog, last });
         self.note(|| line);
         result

@@ -11,25 +11,64 @@ use super::exec;
 use super::ir::{Node, Op, Program};
 use crate::core::Prim;
 use crate::runtime::value::Value;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
 pub fn optimise(p: Program) -> Program {
     dead_code(simplify(p))
 }
 
-/// What makes two constants the same node: a Float's bits, a tensor's identity.
+/// What makes two nodes the same: a Float constant's bits, a tensor constant's identity, an
+/// operation and its operands. (Programs run to millions of nodes: the common arithmetic keys
+/// are plain numbers, hashed with `Fx`.)
 #[derive(Hash, PartialEq, Eq)]
-enum ConstKey {
+enum Key {
     Float(u64),
     Tensor(usize),
+    Bin(u8, u32, u32),
+    Un(u8, u32),
+    /// A tensor-library operation, by its written form (its parameters included).
+    T(String, Vec<u32>),
 }
 
-fn const_key(v: &Value) -> Option<ConstKey> {
-    match v {
-        Value::Float(x) => Some(ConstKey::Float(x.to_bits())),
-        Value::Tensor(t) => Some(ConstKey::Tensor(Rc::as_ptr(t) as usize)),
-        _ => None,
+fn key(node: &Node) -> Option<Key> {
+    Some(match node {
+        Node::Input(_) => return None,
+        Node::Const(Value::Float(x)) => Key::Float(x.to_bits()),
+        Node::Const(Value::Tensor(t)) => Key::Tensor(Rc::as_ptr(t) as usize),
+        Node::Const(_) => return None,
+        Node::Apply(Op::Bin(p), args) if args.len() == 2 => Key::Bin(*p as u8, args[0], args[1]),
+        Node::Apply(Op::Un(u), args) if args.len() == 1 => Key::Un(*u as u8, args[0]),
+        Node::Apply(op, args) => Key::T(format!("{op:?}"), args.clone()),
+    })
+}
+
+/// The Firefox hash (as rustc's FxHasher): one multiply per word, ample for these keys.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 
@@ -38,8 +77,8 @@ fn simplify(p: Program) -> Program {
     let mut out = Program { nodes: Vec::new(), kinds: Vec::new(), inputs, outputs: Vec::new(), template };
     // Old node → new node.
     let mut to = Vec::with_capacity(nodes.len());
-    let mut consts: HashMap<ConstKey, u32> = HashMap::new();
-    let mut applied: HashMap<(String, Vec<u32>), u32> = HashMap::new();
+    let mut seen: HashMap<Key, u32, BuildHasherDefault<Fx>> =
+        HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
     for (node, kind) in nodes.into_iter().zip(kinds) {
         let node = match node {
             Node::Apply(op, args) => {
@@ -60,29 +99,17 @@ fn simplify(p: Program) -> Program {
             }
             other => other,
         };
-        let key = match &node {
-            Node::Const(v) => const_key(v).map(Ok),
-            Node::Apply(op, args) => Some(Err((format!("{op:?}"), args.clone()))),
-            Node::Input(_) => None,
-        };
-        let seen = match &key {
-            Some(Ok(k)) => consts.get(k).copied(),
-            Some(Err(k)) => applied.get(k).copied(),
-            None => None,
-        };
-        if let Some(i) = seen {
-            to.push(i);
-            continue;
-        }
         let i = out.nodes.len() as u32;
-        match key {
-            Some(Ok(k)) => {
-                consts.insert(k, i);
+        if let Some(k) = key(&node) {
+            match seen.entry(k) {
+                Entry::Occupied(e) => {
+                    to.push(*e.get());
+                    continue;
+                }
+                Entry::Vacant(e) => {
+                    e.insert(i);
+                }
             }
-            Some(Err(k)) => {
-                applied.insert(k, i);
-            }
-            None => {}
         }
         out.nodes.push(node);
         out.kinds.push(kind);

@@ -99,8 +99,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut total = Value::Float(0.0);
             map_leaves(arg(), &mut |x| {
                 let sq = m.prim2(Prim::Mul, x.clone(), x.clone())?;
-                let s =
-                    if matches!(strip(&sq), Value::Tensor(_)) { ad::tensor::call(m, TOp::Sum, vec![sq])? } else { sq };
+                let s = if ad::is_tensor(&sq) { ad::tensor::call(m, TOp::Sum, vec![sq])? } else { sq };
                 total = m.prim2(Prim::Add, total.clone(), s)?;
                 Ok(x)
             })?;
