@@ -14,6 +14,7 @@ pub enum B {
     CustomJvp,
     Checkpoint,
     Vmap,
+    Jit,
     StopGradient,
     Print,
     Println,
@@ -170,6 +171,7 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("checkpoint", B::Checkpoint, "Diff a, Diff b => (a -> b) -> a -> b"),
     // `Batch b c`: c is b with its Float and Tensor leaves stacked into Tensors (types/ty.rs).
     ("vmap", B::Vmap, "Batch b c => (a -> b) -> a -> c"),
+    ("jit", B::Jit, "(a -> b) -> a -> b"),
     ("stop_gradient", B::StopGradient, "a -> a"),
     ("print", B::Print, "a -> Unit"),
     ("println", B::Println, "a -> Unit"),

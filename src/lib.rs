@@ -19,6 +19,7 @@ pub mod repl;
 pub mod runtime;
 pub mod session;
 pub mod source;
+pub mod stage;
 pub mod syntax;
 pub mod types;
 

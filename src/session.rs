@@ -381,6 +381,11 @@ impl Session {
         self.machine.fuel = fuel;
     }
 
+    /// The program `jit` compiled last, as `DP_DUMP_IR` prints it (the REPL's `:ir`).
+    pub fn last_ir(&self) -> Option<String> {
+        self.machine.jit.last_ir()
+    }
+
     /// The script's arguments (`args`).
     pub fn set_args(&mut self, args: Vec<String>) {
         self.machine.args = args;

@@ -492,6 +492,61 @@ fn second_order(fns: &[(E, f64)]) -> Result<usize, String> {
     Ok(judged)
 }
 
+/// `jit` of random functions and of their derivatives (`jit (grad f)`, `jit (value_and_grad
+/// f)`, a staged `jvp`, `grad (jit f)`, `jit (grad (grad f))`) against the native
+/// derivatives. Each staged function is traced at another point first, so the numbers at x0
+/// come from a compiled program run on a new input: a decision the trace made from the first
+/// point's numbers (relu's, abs's, a power's) would show here.
+fn staged(fns: &[(E, f64)]) -> Result<usize, String> {
+    let mut src = String::new();
+    for (i, (e, x0)) in fns.iter().enumerate() {
+        let o = lit(0.1 - x0 * 0.5);
+        src.push_str(&format!(
+            "let f{i} (x : Float) = {}\n\
+             let jf{i} = jit f{i}\nlet jg{i} = jit (grad f{i})\nlet jv{i} = jit (value_and_grad f{i})\n\
+             let jt{i} = jit (fun x -> snd (jvp f{i} x 1.0))\nlet jh{i} = jit (grad (grad f{i}))\n\
+             let _ = (jf{i} {o}, jg{i} {o}, jv{i} {o}, jt{i} {o}, jh{i} {o})\n",
+            source(e)
+        ));
+    }
+    src.push_str("let () =\n");
+    let lines: Vec<String> = fns
+        .iter()
+        .enumerate()
+        .map(|(i, (_, x0))| {
+            let x = lit(*x0);
+            format!("  println (jf{i} {x}, jg{i} {x}, jv{i} {x}, jt{i} {x}, grad jf{i} {x}, jh{i} {x})")
+        })
+        .collect();
+    src.push_str(&lines.join(";\n"));
+    src.push('\n');
+    let rows = run_batch(&src, fns.len(), 7)?;
+    let mut judged = 0;
+    for ((e, x0), row) in fns.iter().zip(&rows) {
+        let (v, g, vv, vg, t, gj, h) = (row[0], row[1], row[2], row[3], row[4], row[5], row[6]);
+        let fail = |what: &str| Err(format!("{what} for f x = {} at x = {x0}: dp printed {row:?}", source(e)));
+        let Some(n) = native(e, *x0) else { continue };
+        if n.f.abs() > LARGE || n.df.abs() > LARGE {
+            continue;
+        }
+        judged += 1;
+        if !close(v, n.f, 1e-12) || !close(vv, n.f, 1e-12) {
+            return fail(&format!("a staged value differs from the native {}", n.f));
+        }
+        for (what, d) in
+            [("jit (grad f)", g), ("jit (value_and_grad f)", vg), ("a staged jvp", t), ("grad (jit f)", gj)]
+        {
+            if !agree(d, n.df, 1e-9, n.a1) {
+                return fail(&format!("{what} differs from the native derivative {}", n.df));
+            }
+        }
+        if n.d2f.abs() <= LARGE && !agree(h, n.d2f, 1e-9, n.a2) {
+            return fail(&format!("jit (grad (grad f)) differs from the native second derivative {}", n.d2f));
+        }
+    }
+    Ok(judged)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 100,
@@ -508,6 +563,14 @@ proptest! {
         prop_assert!(judged.is_ok(), "{}", judged.unwrap_err());
         // Most points are smooth and well-scaled; a batch judged by almost nothing would
         // mean the generator or the filters are broken.
+        prop_assert!(judged.unwrap() >= BATCH / 4, "too few functions could be judged");
+    }
+
+    /// Staged functions and staged derivatives against the native ones.
+    #[test]
+    fn random_staged_derivatives(fns in prop::collection::vec((expr(4), point()), BATCH)) {
+        let judged = staged(&fns);
+        prop_assert!(judged.is_ok(), "{}", judged.unwrap_err());
         prop_assert!(judged.unwrap() >= BATCH / 4, "too few functions could be judged");
     }
 

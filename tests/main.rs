@@ -12,6 +12,7 @@ mod gen;
 mod golden;
 mod gpu;
 mod jax;
+mod jit;
 mod jupyter;
 mod layers;
 mod lsp;

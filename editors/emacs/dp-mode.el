@@ -56,7 +56,7 @@
   "The reserved words of dp (KEYWORDS in src/syntax/keywords.rs).")
 
 (defconst dp-builtins
-  '("reset" "shift" "grad" "value_and_grad" "custom_vjp" "custom_jvp" "checkpoint" "vmap" "jvp" "stop_gradient"
+  '("reset" "shift" "grad" "value_and_grad" "custom_vjp" "custom_jvp" "checkpoint" "vmap" "jit" "jvp" "stop_gradient"
     "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "clock" "read_line" "getenv" "exit" "error" "catch"
     "float" "int" "string_of_int" "string_of_float" "int_of_string" "float_of_string"
     "string_length" "substring" "chars" "concat_strings" "split"

@@ -28,6 +28,10 @@ pub trait Host {
     /// else holds it).
     fn unary(&mut self, op: Un, t: Rc<Tensor>) -> FResult<Tensor>;
 
+    /// A math function of a value that is neither a Float, a tensor nor perturbed: a value
+    /// `jit` traces, whose operations a staging host emits into its program.
+    fn un_other(&mut self, op: Un, x: Value) -> FResult<Value>;
+
     /// `out = x' @ y' + beta · out` in place (x' is x, or its transpose with `tx`; likewise
     /// y'), for the fused reverse rule of `@` (ad/matmul.rs). `Ok(false)` means this host
     /// cannot (a staging host, whose tensors are symbolic), and the generic rule runs instead.

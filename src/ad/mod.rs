@@ -69,7 +69,12 @@ pub fn strip_deep(v: &Value) -> Value {
 /// reach `f` uniquely owned when they can (the tree builtins then update tensors in place).
 pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResult<Value> {
     Ok(match v {
-        Value::Float(_) | Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) | Value::Tensor(_) => f(v)?,
+        Value::Float(_)
+        | Value::Tracked(_)
+        | Value::Dual(_)
+        | Value::Batched(_)
+        | Value::Tensor(_)
+        | Value::Staged(_) => f(v)?,
         Value::Tuple(vs) => {
             Value::Tuple(Rc::new(take(vs).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?))
         }
@@ -183,12 +188,13 @@ pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
         Value::Tensor(t) => Ok(Value::Tensor(Rc::new(m.unary(op, t)?))),
+        Value::Staged(_) => m.un_other(op, x),
         other => unary(m, op, other),
     }
 }
 
-/// The shape of a (possibly perturbed) value: [] for Floats. A batched value's is one
-/// example's (the shape the program sees).
+/// The shape of a (possibly perturbed, batched or traced) value as the program sees it: [] for
+/// Floats, one example's for a batched value.
 pub fn shape_of(v: &Value) -> Vec<usize> {
     match strip(v) {
         Value::Tensor(t) => t.shape().to_vec(),
@@ -199,25 +205,33 @@ pub fn shape_of(v: &Value) -> Vec<usize> {
             }
             s
         }
+        Value::Staged(s) => s.shape(),
         _ => Vec::new(),
     }
 }
 
-/// The dtype of a (possibly perturbed or batched) tensor; None for Floats.
+/// The dtype of a (possibly perturbed, batched or traced) tensor; None for Floats.
 pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
     match strip(v) {
         Value::Tensor(t) => Some(t.dtype()),
         Value::Batched(b) if b.kind == Example::Tensor => dtype_of(&b.value),
+        Value::Staged(s) => s.dtype(),
         _ => None,
     }
 }
 
-/// The plain tensor under every layer of `v` (perturbations and batches), if it is one: what
-/// a new tensor of the same dtype and device is made like.
-pub(crate) fn underlying(v: &Value) -> Option<Rc<Tensor>> {
+/// The plain tensor under every layer of `v` (perturbations, batches, a traced value's example;
+/// see runtime/staged.rs), if it is one: what a new tensor of the same dtype and device is
+/// made like. Its shape is the whole batch's for a batched value (`shape_of` is the program's),
+/// and a traced value's numbers are one call's, never to be computed with.
+pub fn underlying(v: &Value) -> Option<Rc<Tensor>> {
     match strip(v) {
         Value::Tensor(t) => Some(t),
         Value::Batched(b) => underlying(&b.value),
+        Value::Staged(s) => match &s.example {
+            Value::Tensor(t) => Some(t.clone()),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -232,17 +246,12 @@ pub fn full_like(v: &Value, z: f64) -> FResult<Value> {
     })))
 }
 
-/// A zero of the same shape as `v` (one example's, for a batched value: the same for all).
+/// A zero of the same shape as `v` (one example's, for a batched value: the same for all), a
+/// plain constant also for a traced `v`.
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
         Value::Tensor(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
-        b @ Value::Batched(_) if is_tensor(&b) => {
-            let shape = shape_of(&b);
-            match underlying(&b) {
-                Some(t) => Value::Tensor(Rc::new(t.full_like(&shape, 0.0).unwrap_or_else(|_| Tensor::zeros(&shape)))),
-                None => Value::Tensor(Rc::new(Tensor::zeros(&shape))),
-            }
-        }
+        w if is_tensor(&w) => full_like(&w, 0.0).unwrap_or_else(|_| Value::Tensor(Rc::new(Tensor::zeros(&shape_of(&w))))),
         _ => Value::Float(0.0),
     }
 }
@@ -352,6 +361,10 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
             let dy = if tensor { None } else { Some(rules::un_deriv(op, m, &p, &y)?) };
             let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
             let frame = match dy {
+                // A traced mask is a select too (what it selects is known only at run time).
+                Some(dy) if rules::selects(op) && !matches!(dy, Value::Float(_)) => {
+                    AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op: Deferred::Un(op, t.clone()) }))
+                }
                 // A selected-out derivative (relu at x ≤ 0 or NaN) still sends back an exact
                 // zero, as JAX's select does: the zero then meets the partials below it, so a
                 // NaN partial there gives NaN, while an infinite adjoint from above gives 0
@@ -440,11 +453,13 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
     record(m, tag, y, (&a, a_in, da), (&b, b_in, db))
 }
 
-/// Whether a value is a tensor under its perturbations (one example of a batched value is).
+/// Whether a value is a tensor under its perturbations (one example of a batched value is; a
+/// traced value is when its example is).
 pub fn is_tensor(v: &Value) -> bool {
     match strip(v) {
         Value::Tensor(_) => true,
         Value::Batched(b) => b.kind == Example::Tensor,
+        Value::Staged(s) => s.tensor().is_some(),
         _ => false,
     }
 }

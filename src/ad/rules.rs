@@ -39,8 +39,9 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
             let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
             m.prim2(Prim::Mul, y, one_minus)?
         }
-        // (A batch of examples takes the tensor form: its mask is computed per element.)
-        Un::Relu | Un::Abs if matches!(strip(&x), Value::Tensor(_) | Value::Batched(_)) => {
+        // (A batch of examples takes the tensor form: its mask is computed per element; so
+        // does a traced Float: the staged program decides the mask, per call.)
+        Un::Relu | Un::Abs if matches!(strip(&x), Value::Tensor(_) | Value::Batched(_) | Value::Staged(_)) => {
             let t = if op == Un::Relu { TOp::Step } else { TOp::Sign };
             super::tensor::call(m, t, vec![strip(&x)])?
         }
@@ -124,11 +125,12 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             // defined at integer b, where it is constant in b). ln a stays differentiable in a
             // only when every base is positive; a plain tensor base has no derivative to keep,
             // so it skips that test (on the GPU, a read-back).
+            // A traced base is never known to be positive: the select below decides per call.
             let positive = match strip(&a) {
                 Value::Tensor(_) if matches!(a, Value::Tensor(_)) => false,
                 Value::Tensor(t) => t.all_positive()?,
                 // A batch: ln of the positive bases, selected per element below.
-                Value::Batched(_) => false,
+                Value::Batched(_) | Value::Staged(_) => false,
                 other => scalar(&other) > 0.0,
             };
             let db = if positive {
@@ -137,7 +139,7 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             } else if let (Value::Tensor(t), false) = (strip(&a), is_ad(&a)) {
                 let la = t.log_or_zero()?;
                 m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
-            } else if let Value::Tensor(_) | Value::Batched(_) = strip(&a) {
+            } else if let Value::Tensor(_) | Value::Batched(_) | Value::Staged(_) = strip(&a) {
                 // A perturbed base with some element ≤ 0: ln of the base where it is positive
                 // and of 1 elsewhere, selected so that ln a stays differentiable where it is
                 // used (the mixed derivative ∂²/∂a∂b of the positive elements).

@@ -30,17 +30,20 @@ fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
 /// `select` in the rules of relu and `**`), so a zero local derivative stops any adjoint.
 pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
     match strip(&mask) {
-        Value::Tensor(mask) => {
-            let (xs, ms) = (ad::shape_of(&x), mask.shape().to_vec());
-            let (x, mask) = match strip(&x) {
-                _ if !ad::is_tensor(&x) => (call(m, TOp::BroadcastTo(ms), vec![x])?, Value::Tensor(mask)),
-                _ if xs != ms => (x, call(m, TOp::BroadcastTo(xs), vec![Value::Tensor(mask)])?),
-                _ => (x, Value::Tensor(mask)),
+        mask @ (Value::Tensor(_) | Value::Staged(_)) if ad::is_tensor(&mask) => {
+            let (xs, ms) = (ad::shape_of(&x), ad::shape_of(&mask));
+            let (x, mask) = if !ad::is_tensor(&x) {
+                (call(m, TOp::BroadcastTo(ms), vec![x])?, mask)
+            } else if xs != ms {
+                (x, call(m, TOp::BroadcastTo(xs), vec![mask])?)
+            } else {
+                (x, mask)
             };
             call(m, TOp::Mask, vec![x, mask])
         }
-        // A mask per example: the select of the batching rule of `Mask`.
-        Value::Batched(_) => call(m, TOp::Mask, vec![x, mask]),
+        // A mask per example: the select of the batching rule of `Mask`; a traced Float mask:
+        // the staged program selects (on Floats, exec.rs).
+        Value::Batched(_) | Value::Staged(_) => call(m, TOp::Mask, vec![x, mask]),
         Value::Float(k) if k > 0.0 => Ok(x),
         // A perturbed scalar selected out is an exact zero that stays perturbed, as JAX's
         // select is: an outer level's adjoint then sends an exact zero back to `x` (which
@@ -67,9 +70,9 @@ fn sum_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
 
 /// The device of a (possibly perturbed) tensor; the CPU for Floats.
 fn device_of(v: &Value) -> Device {
-    match strip(v) {
-        Value::Tensor(t) => t.device(),
-        _ => Device::Cpu,
+    match ad::underlying(v) {
+        Some(t) => t.device(),
+        None => Device::Cpu,
     }
 }
 
@@ -77,7 +80,7 @@ fn device_of(v: &Value) -> Device {
 /// (the adjoint of a reduction to a Float).
 fn spread<H: Host>(m: &mut H, x: &Value, g: Value) -> FResult<Value> {
     let s0 = ad::shape_of(x);
-    let Value::Tensor(t) = strip(x) else { return call(m, TOp::BroadcastTo(s0), vec![g]) };
+    let Some(t) = ad::underlying(x) else { return call(m, TOp::BroadcastTo(s0), vec![g]) };
     match g {
         Value::Float(v) => Ok(wrap(t.full_like(&s0, v)?)),
         Value::Tensor(_) => call(m, TOp::BroadcastTo(s0), vec![g]),

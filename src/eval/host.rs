@@ -21,10 +21,19 @@ impl Host for Machine {
         Machine::prim1(self, p, a)
     }
     fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value> {
+        if args.iter().any(|a| matches!(a, Value::Staged(_))) {
+            return self.jit.forward(op, args);
+        }
         crate::runtime::tensor::forward(op, args)
     }
     fn unary(&mut self, op: Un, t: Rc<Tensor>) -> FResult<Tensor> {
         Ok(cpu::elementwise::unary(op, t)?)
+    }
+    fn un_other(&mut self, op: Un, x: Value) -> FResult<Value> {
+        match x {
+            Value::Staged(_) => self.jit.unary(op, x),
+            other => Err(crate::runtime::Fault::internal(format!("`{op:?}` on {}", other.type_name()))),
+        }
     }
     fn product_into(
         &mut self,

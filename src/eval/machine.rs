@@ -15,6 +15,7 @@ use crate::runtime::stack::{Delim, Frame, Segment};
 use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::source::Span;
+use crate::stage;
 use crate::tensor::{TOp, Un};
 use std::io::Write;
 use std::rc::Rc;
@@ -67,6 +68,10 @@ pub enum Control {
         body: Value,
         handler: Value,
     },
+    Jit {
+        f: Value,
+        x: Value,
+    },
 }
 
 /// A running `grad` (its prompt), `jvp` or `vmap` on the segmented stack.
@@ -110,6 +115,8 @@ pub struct Machine {
     pub reporter: Box<dyn super::builtins::progress::Reporter>,
     /// The emptied adjoint-frame vector of the last finished `grad`, kept for its capacity.
     pub spare_adjoint_frames: Vec<AdjFrame>,
+    /// `jit`'s trace and compiled programs (src/stage/).
+    pub jit: stage::Jit,
 }
 
 /// Default limit on dp call depth: a frame costs ~150 bytes with its values, so this keeps a
@@ -141,6 +148,7 @@ impl Machine {
             exit_code: None,
             reporter: Box::new(super::builtins::progress::Silent),
             spare_adjoint_frames: Vec::new(),
+            jit: stage::Jit::new(),
         }
     }
 
@@ -155,6 +163,7 @@ impl Machine {
         self.levels.clear();
         self.seg_frames = 0;
         self.delim = Delim::Base;
+        self.jit.abort();
         let clo = Rc::new(Closure { func, env: Vec::new() });
         self.stack.push(Value::Closure(clo.clone()));
         let nlocals = clo.func.nlocals as usize;
@@ -501,6 +510,9 @@ impl Machine {
                         fault!(batched_match());
                     }
                     if !match_pattern(pat, &v, &mut self.stack, base) {
+                        if self.jit.tracing() && float_pattern_on_staged(pat, &v) {
+                            fault!(stage::refuse("`match` on a Float pattern"));
+                        }
                         pc = t as usize;
                     }
                 }
@@ -515,6 +527,9 @@ impl Machine {
                         fault!(batched_match());
                     }
                     let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
+                    if !ok && self.jit.tracing() && float_pattern_on_staged(&clo.func.pats[p as usize], &v) {
+                        fault!(stage::refuse("`match` on a Float pattern"));
+                    }
                     value::discard(std::mem::replace(&mut self.stack[slot], v));
                     if !ok {
                         pc = t as usize;
@@ -767,7 +782,12 @@ impl Machine {
         self.seg_frames -= seg.frames.len();
         self.stack = seg.stack;
         self.frames = seg.frames;
-        Ok(std::mem::replace(&mut self.delim, seg.delim))
+        let ended = std::mem::replace(&mut self.delim, seg.delim);
+        if matches!(ended, Delim::Stage) {
+            // (A no-op after `Jit::end`; a fault unwinding a traced call drops its trace.)
+            self.jit.abort();
+        }
+        Ok(ended)
     }
 
     /// The running segment finished with `v`: act on its delimiter. `None` ends `run`.
@@ -840,6 +860,11 @@ impl Machine {
                 self.restore_below()?;
                 Ok(Some(Action::Return(v)))
             }
+            Delim::Stage => {
+                let out = self.jit.end(&v);
+                self.restore_below()?;
+                Ok(Some(Action::Return(out?)))
+            }
         }
     }
 
@@ -897,6 +922,12 @@ impl Machine {
                         }
                     }
                 };
+                if matches!(self.delim, Delim::Stage)
+                    || self.segs[first..].iter().any(|s| matches!(s.delim, Delim::Stage))
+                {
+                    return Err(Fault::new("jit: a `shift` in a staged function captures beyond its `jit`")
+                        .help("staging compiles the function alone; put the `reset` inside the staged function"));
+                }
                 let checkpointed = |d: &Delim| matches!(d, Delim::Custom(c) if matches!(c.rule, Rule::Checkpoint));
                 if checkpointed(&self.delim) || self.segs[first..].iter().any(|s| checkpointed(&s.delim)) {
                     // The backward pass reruns `f` alone, without the continuation beyond it.
@@ -965,6 +996,15 @@ impl Machine {
                 self.push_segment(Delim::Catch(Box::new((handler, span))));
                 Action::Apply(body, vec![Value::Unit], span)
             }
+            Control::Jit { f, x } => match self.jit.call(&f, &x)? {
+                stage::Call::Inline => Action::Apply(f, vec![x], span),
+                stage::Call::Done(v) => Action::Return(v),
+                stage::Call::Trace => {
+                    let arg = self.jit.begin(&f, &x)?;
+                    self.push_segment(Delim::Stage);
+                    Action::Apply(f, vec![arg], span)
+                }
+            },
             Control::Exit(code) => {
                 self.exit_code = Some(code);
                 return Err(Fault::abort(format!("exit {code}")));
@@ -1074,6 +1114,18 @@ impl Machine {
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if is_ad(&a) || is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Staged(_), _)
+            | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_)) => {
+                return self.jit.binary(p, a, b)
+            }
+            (Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _)
+                if self.jit.tracing() && (stage::holds_staged(&a) || stage::holds_staged(&b)) =>
+            {
+                return Err(stage::refuse(&format!("a comparison (`{}`)", comparison(p))))
+            }
+            (Prim::Assign, _, _) if self.jit.tracing() && stage::holds_staged(&b) => {
+                return Err(stage::refuse("storing in a reference (`:=`)"))
+            }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
                 return crate::runtime::tensor::elementwise(p, a, b)
@@ -1107,6 +1159,9 @@ impl Machine {
 
     fn builtin(&mut self, i: u32, mut args: [Value; crate::builtins::MAX_ARITY]) -> FResult<BuiltinOut> {
         let b = TABLE[i as usize].1;
+        if self.jit.tracing() {
+            stage_guard(i, b, &args)?;
+        }
         let mut next = 0;
         let mut arg = || {
             next += 1;
@@ -1139,6 +1194,10 @@ impl Machine {
             B::Vmap => {
                 let (f, x) = (arg(), arg());
                 return Ok(BuiltinOut::Control(Control::Vmap { f, x }));
+            }
+            B::Jit => {
+                let (f, x) = (arg(), arg());
+                return Ok(BuiltinOut::Control(Control::Jit { f, x }));
             }
             B::Exit => match arg() {
                 Value::Int(n) => return Ok(BuiltinOut::Control(Control::Exit(n as i32))),
@@ -1180,6 +1239,159 @@ impl Machine {
             Value::Float(f) => Ok(Value::Float(op.eval(f))),
             other => ad::apply_un(self, op, other),
         }
+    }
+}
+
+/// While a function is being staged: I/O is refused (it would happen only on the call that
+/// traces), and so is a traced value given to a builtin that would read its numbers (a
+/// conversion, a string, a reference); the builtins listed here take traced values and
+/// stage their work.
+fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
+    let name = TABLE[i as usize].0;
+    let io = matches!(
+        b,
+        B::Print
+            | B::Println
+            | B::Printf
+            | B::ReadFile
+            | B::ReadLines
+            | B::WriteFile
+            | B::Args
+            | B::Clock
+            | B::ReadLine
+            | B::Getenv
+            | B::Exit
+            | B::ProgressStart
+            | B::ProgressTick
+            | B::ProgressFinish
+            | B::Plot
+            | B::PlotWith
+            | B::SaveParams
+            | B::LoadParams
+            | B::LoadNpz
+            | B::SaveNpz
+            | B::LoadNpy
+            | B::SaveNpy
+            | B::ReadCsv
+            | B::LoadCsv
+    );
+    if io {
+        return Err(Fault::new(format!("jit: cannot stage I/O (`{name}`) in a staged function"))
+            .help("staging runs the function once, when it traces it; do the I/O outside the `jit`"));
+    }
+    let stages = matches!(
+        b,
+        B::Reset
+            | B::Shift
+            | B::Catch
+            | B::Grad
+            | B::ValueAndGrad
+            | B::Jvp
+            | B::CustomVjp
+            | B::CustomJvp
+            | B::Checkpoint
+            | B::Jit
+            | B::StopGradient
+            | B::Error
+            | B::Sin
+            | B::Cos
+            | B::Tan
+            | B::Exp
+            | B::Log
+            | B::Sqrt
+            | B::Tanh
+            | B::Sigmoid
+            | B::Relu
+            | B::Abs
+            | B::Shape
+            | B::Reshape
+            | B::Transpose
+            | B::Concat
+            | B::Slice
+            | B::Row
+            | B::Sum
+            | B::Mean
+            | B::Max
+            | B::SumAxis
+            | B::MeanAxis
+            | B::Conv2d
+            | B::Conv2dWith
+            | B::AvgPool2d
+            | B::MaxPool2d
+            | B::Softmax
+            | B::LogSoftmax
+            | B::Logsumexp
+            | B::Item
+            | B::Astype
+            | B::Less
+            | B::LessEqual
+            | B::Greater
+            | B::GreaterEqual
+            | B::Equal
+            | B::NotEqual
+            | B::LogicalAnd
+            | B::LogicalOr
+            | B::LogicalNot
+            | B::Where
+            | B::Clip
+            | B::MaxOf
+            | B::MinOf
+            | B::MaxAxis
+            | B::MinAxis
+            | B::Cumsum
+            | B::SoftmaxAxis
+            | B::LogSoftmaxAxis
+            | B::ExpandDims
+            | B::Squeeze
+            | B::Stack
+            | B::BroadcastTo
+            | B::Ravel
+            | B::Get
+            | B::TreeAdd
+            | B::TreeSub
+            | B::TreeMul
+            | B::TreeDiv
+            | B::TreeScale
+            | B::TreeAddScalar
+            | B::TreeSqrt
+            | B::TreeZeros
+            | B::TreeSumSquares
+    );
+    if !stages && args.iter().any(stage::holds_staged) {
+        return Err(stage::refuse(&format!("`{name}`")));
+    }
+    Ok(())
+}
+
+/// A comparison's operator as written.
+fn comparison(p: Prim) -> &'static str {
+    match p {
+        Prim::Eq => "=",
+        Prim::Ne => "<>",
+        Prim::Lt => "<",
+        Prim::Le => "<=",
+        Prim::Gt => ">",
+        _ => ">=",
+    }
+}
+
+/// Whether a failed match met a traced value with a Float pattern: the match would decide on
+/// one call's number.
+fn float_pattern_on_staged(p: &Pattern, v: &Value) -> bool {
+    match (p, v) {
+        (Pattern::Const(Const::Float(_)), v) => stage::is_staged(v),
+        (Pattern::As(_, q), v) => float_pattern_on_staged(q, v),
+        (Pattern::Tuple(ps), Value::Tuple(vs)) => ps.iter().zip(vs.iter()).any(|(p, x)| float_pattern_on_staged(p, x)),
+        (Pattern::Cons(h, t), Value::Cons(c)) => {
+            float_pattern_on_staged(h, &c.head) || float_pattern_on_staged(t, &c.tail)
+        }
+        (Pattern::Con { args, .. }, Value::Con(c)) => {
+            args.iter().zip(&c.args).any(|(p, x)| float_pattern_on_staged(p, x))
+        }
+        (Pattern::Record(fs), Value::Record(r)) => {
+            fs.iter().any(|(n, p)| r.get(n).is_some_and(|x| float_pattern_on_staged(p, x)))
+        }
+        _ => false,
     }
 }
 

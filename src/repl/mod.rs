@@ -25,7 +25,7 @@ pub struct Completions {
     pub members: HashMap<String, Vec<String>>,
 }
 
-const COMMANDS: [&str; 8] = [":browse", ":doc", ":help", ":load", ":quit", ":reload", ":type", ":t"];
+const COMMANDS: [&str; 9] = [":browse", ":doc", ":help", ":ir", ":load", ":quit", ":reload", ":type", ":t"];
 
 impl Completions {
     /// The names in scope of `session` (refreshed after each entry), with the keywords and the
@@ -165,6 +165,7 @@ dp REPL — enter expressions or top-level items.
   :browse      list your definitions with their types;
   :browse m    list module m (prelude, nn, optim or builtins) with types
   :doc name    show a name's type and doc comment (`map`, `nn.linear`, your own `///` docs)
+  :ir          show the program `jit` staged last (its optimised IR)
   :help        this text
   Tab completes keywords, names in scope, `:commands` and `nn.`/`optim.` members.
   :quit        leave (Ctrl-D works too)
@@ -340,6 +341,10 @@ impl Repl {
                 }
             }
             "b" | "browse" => self.browse(rest, console),
+            "ir" => match self.session.last_ir() {
+                Some(ir) => console.say(ir.trim_end()),
+                None => console.say("no function has been staged yet (`jit f x` stages f)"),
+            },
             "d" | "doc" => match self.doc(rest) {
                 Ok(text) => console.say(&text),
                 Err(complaint) => console.complain(&complaint),

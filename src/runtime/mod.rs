@@ -7,6 +7,7 @@ pub mod code;
 pub mod fault;
 pub mod perturbed;
 pub mod stack;
+pub mod staged;
 pub mod tensor;
 pub mod value;
 

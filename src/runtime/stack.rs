@@ -49,6 +49,9 @@ pub enum Delim {
     /// A `grad` handler's segment while its backward pass waits for a custom rule's dp code,
     /// which runs above it: when that returns, the pass goes on from where it paused.
     Backward(Box<Suspended>),
+    /// Where a function `jit` is tracing runs (the trace itself is the machine's staging
+    /// state): when it returns, its result ends the trace.
+    Stage,
 }
 
 #[derive(Clone)]

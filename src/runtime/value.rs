@@ -35,6 +35,8 @@ pub enum Value {
     /// The values of a `vmap`'s examples stacked along an axis (see `ad::batch`).
     Batched(Rc<Batched>),
     Tensor(Rc<crate::tensor::Tensor>),
+    /// A Float or tensor traced by `jit` (see `stage`).
+    Staged(Rc<super::staged::Staged>),
 }
 
 // Written out (rather than derived) so the immediate cases inline into the machine's hot loop.
@@ -87,6 +89,7 @@ impl Value {
             Value::Dual(r) => Value::Dual(r.clone()),
             Value::Batched(r) => Value::Batched(r.clone()),
             Value::Tensor(r) => Value::Tensor(r.clone()),
+            Value::Staged(r) => Value::Staged(r.clone()),
             immediate => immediate.clone(),
         }
     }
@@ -204,6 +207,8 @@ impl Value {
                 Example::Float(_) => "Float",
                 Example::Bool => "Bool",
             },
+            Value::Staged(s) if s.tensor().is_some() => "Tensor",
+            Value::Staged(_) => "Float",
         }
     }
 }
@@ -351,6 +356,9 @@ fn show_into(v: &Value, top: bool, out: &mut Out, depth: usize) {
             out.push('>');
         }
         Value::Tensor(t) => show_tensor(t, out),
+        // Only reached by a traced value that escaped its `jit` (printing one inside is
+        // refused): its numbers belong to one call.
+        Value::Staged(_) => out.push_str("<traced>"),
     }
 }
 

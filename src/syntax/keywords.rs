@@ -18,6 +18,7 @@ pub const BUILTINS: &[&str] = &[
     "custom_jvp",
     "checkpoint",
     "vmap",
+    "jit",
     "jvp",
     "stop_gradient",
     // input and output

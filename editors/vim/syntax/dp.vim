@@ -23,7 +23,7 @@ syn keyword dpOperatorKeyword not
 syn keyword dpBoolean         true false
 
 " ---- built-in values (BUILTINS) -----------------------------------------------------------
-syn keyword dpBuiltin reset shift grad value_and_grad custom_vjp custom_jvp checkpoint vmap jvp stop_gradient
+syn keyword dpBuiltin reset shift grad value_and_grad custom_vjp custom_jvp checkpoint vmap jit jvp stop_gradient
 syn keyword dpBuiltin print println printf sprintf show read_file read_lines write_file args clock read_line getenv exit error catch
 syn keyword dpBuiltin float int string_of_int string_of_float int_of_string float_of_string
 syn keyword dpBuiltin string_length substring chars concat_strings split

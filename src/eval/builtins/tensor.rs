@@ -215,8 +215,12 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             Value::Unit
         }
         B::Shape => {
-            let t = arg().as_tensor()?;
-            Value::list(t.shape().iter().map(|&d| Value::Int(d as i64)).collect::<Vec<_>>().into_iter())
+            // (Through `ad::shape_of`: a traced tensor's shape is part of its signature.)
+            let t = arg();
+            if !ad::is_tensor(&t) {
+                return Err(Fault::internal(format!("shape of a {}", t.type_name())));
+            }
+            Value::list(ad::shape_of(&t).iter().map(|&d| Value::Int(d as i64)).collect::<Vec<_>>().into_iter())
         }
         B::Reshape => {
             let t = arg();

@@ -1,0 +1,37 @@
+//! A traced value of a `jit` being staged (src/stage/): a Float or tensor leaf of the staged
+//! function whose operations emit nodes into the trace's IR instead of only computing. It
+//! carries the value it has on the call being traced (`example`), from which its shape and
+//! dtype are read (a tracer by example: the first call's own numbers give every shape rule
+//! its operands). Nothing may branch on the example's numbers: the operations that would (a
+//! comparison, a Float pattern, I/O) refuse a traced value instead, so the staged program
+//! cannot bake one call's data into the next.
+
+use super::value::Value;
+use crate::tensor::{DType, Tensor};
+
+pub struct Staged {
+    /// The trace this value belongs to; a value of a finished trace is an escaped one.
+    pub trace: u32,
+    /// Its node in that trace's IR.
+    pub node: u32,
+    /// A plain Float or tensor: this call's value.
+    pub example: Value,
+}
+
+impl Staged {
+    /// The example when it is a tensor (its shape, dtype and device are the node's).
+    pub fn tensor(&self) -> Option<&Tensor> {
+        match &self.example {
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        self.tensor().map(|t| t.shape().to_vec()).unwrap_or_default()
+    }
+
+    pub fn dtype(&self) -> Option<DType> {
+        self.tensor().map(Tensor::dtype)
+    }
+}

@@ -1,0 +1,118 @@
+//! The staged program: typed, shaped, SSA. Each node is defined once, from earlier nodes, and
+//! has one kind (a Float, or a tensor of a dtype and shape); the program's result is a
+//! template of the function's output structure whose leaves are nodes or constants.
+
+use crate::core::Prim;
+use crate::runtime::value::Value;
+use crate::tensor::{fmt_shape, DType, TOp, Un};
+use std::fmt;
+use std::rc::Rc;
+
+/// What a node computes from its operands: one of the operations the machine itself runs on
+/// plain values (so the executor and the interpreter share one definition of each).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `+ - * / **` on Floats and tensors (broadcasting).
+    Bin(Prim),
+    /// A math function on every element (or on a Float).
+    Un(Un),
+    /// An operation of the tensor library's op table.
+    T(TOp),
+}
+
+#[derive(Clone)]
+pub enum Node {
+    /// The k-th Float or tensor leaf of the argument, in the signature's order.
+    Input(usize),
+    /// A Float or tensor the trace met as a plain value (a literal, a captured value, a zero
+    /// the derivative rules made).
+    Const(Value),
+    Apply(Op, Vec<u32>),
+}
+
+#[derive(Clone, PartialEq)]
+pub enum Kind {
+    Float,
+    Tensor(DType, Vec<usize>),
+}
+
+impl Kind {
+    pub fn of(v: &Value) -> Kind {
+        match v {
+            Value::Tensor(t) => Kind::Tensor(t.dtype(), t.shape().to_vec()),
+            _ => Kind::Float,
+        }
+    }
+}
+
+/// The output structure of the staged function, with its staged leaves numbered (`Out(k)` is
+/// the program's k-th output).
+#[derive(Clone)]
+pub enum Template {
+    Out(usize),
+    /// A part of the result that no input reaches (an Int, a String, a constant).
+    Value(Value),
+    Tuple(Vec<Template>),
+    Record(Rc<[Rc<str>]>, Vec<Template>),
+    List(Vec<Template>),
+    Con(u32, Rc<str>, Vec<Template>),
+}
+
+#[derive(Clone)]
+pub struct Program {
+    pub nodes: Vec<Node>,
+    pub kinds: Vec<Kind>,
+    pub inputs: usize,
+    pub outputs: Vec<u32>,
+    pub template: Template,
+}
+
+impl Program {
+    /// The number of nodes that compute (neither inputs nor constants): what the
+    /// optimisations shrink.
+    pub fn work(&self) -> usize {
+        self.nodes.iter().filter(|n| matches!(n, Node::Apply(..))).count()
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Kind::Float => write!(f, "Float"),
+            Kind::Tensor(d, s) => write!(f, "{} {}", d.name(), fmt_shape(s)),
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            Op::Bin(p) => write!(f, "{}", format!("{p:?}").to_lowercase()),
+            Op::Un(u) => write!(f, "{}", format!("{u:?}").to_lowercase()),
+            Op::T(t) => write!(f, "{}", t.name()),
+        }
+    }
+}
+
+impl fmt::Display for Program {
+    /// One line per node, `%i = op %a %b : kind`, then the outputs.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        for (i, (node, kind)) in self.nodes.iter().zip(&self.kinds).enumerate() {
+            write!(f, "  %{i} = ")?;
+            match node {
+                Node::Input(k) => write!(f, "input {k}")?,
+                Node::Const(Value::Float(x)) => write!(f, "const {x:?}")?,
+                Node::Const(_) => write!(f, "const <tensor>")?,
+                Node::Apply(op, args) => {
+                    write!(f, "{op}")?;
+                    for a in args {
+                        write!(f, " %{a}")?;
+                    }
+                }
+            }
+            writeln!(f, " : {kind}")?;
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|o| format!("%{o}")).collect();
+        writeln!(f, "  return {}", outs.join(", "))
+    }
+}

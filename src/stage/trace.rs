@@ -1,0 +1,114 @@
+//! The tracer: the leaves of a staged call's argument become traced values, and every
+//! operation the machine (or a derivative rule, through the machine's arithmetic) applies to
+//! one emits a node. A constant operand becomes a `Const` node. Each node's example is
+//! computed at once by the executor's own `apply`, so shapes and dtypes come from the
+//! operations' own rules.
+
+use super::exec;
+use super::ir::{Kind, Node, Op, Program, Template};
+use crate::runtime::perturbed::is_ad;
+use crate::runtime::staged::Staged;
+use crate::runtime::value::{RecordVal, Value};
+use crate::runtime::{FResult, Fault};
+use std::rc::Rc;
+
+pub struct Trace {
+    pub id: u32,
+    nodes: Vec<Node>,
+    kinds: Vec<Kind>,
+    inputs: usize,
+}
+
+/// The fault of a traced value met outside its trace.
+pub fn escaped() -> Fault {
+    Fault::new("jit: a traced value escaped the function being staged")
+        .help("a staged function's values may leave it only through its result (not through a reference, a continuation or a captured `grad` variable)")
+}
+
+impl Trace {
+    pub fn new(id: u32) -> Trace {
+        Trace { id, nodes: Vec::new(), kinds: Vec::new(), inputs: 0 }
+    }
+
+    fn push(&mut self, node: Node, example: Value) -> Value {
+        let node_id = self.nodes.len() as u32;
+        self.nodes.push(node);
+        self.kinds.push(Kind::of(&example));
+        Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example }))
+    }
+
+    /// A new input leaf with this call's value.
+    pub fn input(&mut self, example: Value) -> Value {
+        let k = self.inputs;
+        self.inputs += 1;
+        self.push(Node::Input(k), example)
+    }
+
+    /// Emits `op` on `args` (traced values of this trace, or plain Floats and tensors).
+    pub fn emit(&mut self, op: Op, args: Vec<Value>) -> FResult<Value> {
+        let mut ids = Vec::with_capacity(args.len());
+        let mut examples = Vec::with_capacity(args.len());
+        for a in args {
+            match a {
+                Value::Staged(s) if s.trace == self.id => {
+                    ids.push(s.node);
+                    examples.push(s.example.clone());
+                }
+                Value::Staged(_) => return Err(escaped()),
+                v @ (Value::Float(_) | Value::Tensor(_)) => {
+                    ids.push(self.nodes.len() as u32);
+                    self.nodes.push(Node::Const(v.clone()));
+                    self.kinds.push(Kind::of(&v));
+                    examples.push(v);
+                }
+                other => return Err(Fault::internal(format!("staging `{op}` on {}", other.type_name()))),
+            }
+        }
+        let y = exec::apply(&op, examples)?;
+        Ok(self.push(Node::Apply(op, ids), y))
+    }
+
+    /// The program whose result is `out`: its traced leaves become the outputs.
+    pub fn finish(self, out: &Value) -> FResult<Program> {
+        let mut outputs = Vec::new();
+        let template = self.template(out, &mut outputs)?;
+        Ok(Program { nodes: self.nodes, kinds: self.kinds, inputs: self.inputs, outputs, template })
+    }
+
+    fn template(&self, v: &Value, outputs: &mut Vec<u32>) -> FResult<Template> {
+        let many = |vs: &[Value], outputs: &mut Vec<u32>| -> FResult<Vec<Template>> {
+            vs.iter().map(|x| self.template(x, outputs)).collect()
+        };
+        Ok(match v {
+            Value::Staged(s) if s.trace == self.id => {
+                outputs.push(s.node);
+                Template::Out(outputs.len() - 1)
+            }
+            Value::Staged(_) => return Err(escaped()),
+            v if is_ad(v) => return Err(Fault::new(
+                "jit: the staged function's result is differentiated by a `grad` or `jvp` running outside the `jit`",
+            )
+            .help("pass the differentiated value to the staged function as part of its argument")),
+            Value::Tuple(vs) => Template::Tuple(many(vs, outputs)?),
+            Value::Record(r) => {
+                let RecordVal { names, values } = &**r;
+                Template::Record(names.clone(), many(values, outputs)?)
+            }
+            Value::Nil | Value::Cons(_) => {
+                let items: Vec<Value> = v.iter_list().cloned().collect();
+                Template::List(many(&items, outputs)?)
+            }
+            Value::Con(c) => Template::Con(c.tag, c.name.clone(), many(&c.args, outputs)?),
+            Value::Closure(_) | Value::Pap(_) | Value::Builtin(_) | Value::Cont(_) | Value::Ref(_) => {
+                return Err(Fault::new(format!(
+                    "jit: the staged function returns a {}, which staging cannot compile",
+                    if matches!(v, Value::Ref(_)) { "reference" } else { "function" }
+                ))
+                .help(
+                    "a staged function returns data: Floats, tensors, and tuples, records, lists and variants of them",
+                ))
+            }
+            other => Template::Value(other.clone()),
+        })
+    }
+}

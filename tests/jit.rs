@@ -1,0 +1,204 @@
+//! Staging (`jit`, src/stage/): staged functions and their derivatives compared with JAX, the
+//! signature cache observed through `DP_JIT_LOG`, and the optimisations through `DP_DUMP_IR`.
+//! (The scalar property test, against the native derivatives of random expressions, is in
+//! ad.rs beside its generator; the refusals are error programs, tests/programs/errors/jit_*.)
+
+use crate::golden::numbers;
+use crate::run::{run_ok, run_with};
+use std::process::Command;
+
+/// One tensor operation in a loss of t (a float32 [2, 3] tensor): the dp body and the same
+/// function in JAX. `u` ([2, 3]) and `m` ([3, 2]) are constants in both.
+const OPS: &[(&str, &str)] = &[
+    ("sum (t * t + 2.0 * t)", "jnp.sum(t * t + 2.0 * t)"),
+    ("sum ((t - u) / (t * t + 1.0))", "jnp.sum((t - u) / (t * t + 1.0))"),
+    ("sum ((t * t + 1.0) ** 1.5)", "jnp.sum((t * t + 1.0) ** 1.5)"),
+    ("sum (t ** 3.0 - u ** 2.0)", "jnp.sum(t ** 3.0 - u ** 2.0)"),
+    ("sum ((t * t + 1.0) ** u)", "jnp.sum((t * t + 1.0) ** u)"),
+    ("sum (sin t * cos t)", "jnp.sum(jnp.sin(t) * jnp.cos(t))"),
+    ("sum (exp (t * 0.5))", "jnp.sum(jnp.exp(t * 0.5))"),
+    ("sum (log (t * t + 1.0))", "jnp.sum(jnp.log(t * t + 1.0))"),
+    ("sum (sqrt (t * t + 1.0))", "jnp.sum(jnp.sqrt(t * t + 1.0))"),
+    ("sum (tanh t * sigmoid t)", "jnp.sum(jnp.tanh(t) * jax.nn.sigmoid(t))"),
+    ("sum (relu t * t)", "jnp.sum(jax.nn.relu(t) * t)"),
+    ("sum (abs t * t)", "jnp.sum(jnp.abs(t) * t)"),
+    ("sum (tan (t * 0.5))", "jnp.sum(jnp.tan(t * 0.5))"),
+    ("sum (-t * u)", "jnp.sum(-t * u)"),
+    ("sum ((t @ m) * (t @ m))", "jnp.sum((t @ m) * (t @ m))"),
+    ("sum (transpose t @ t)", "jnp.sum(t.T @ t)"),
+    ("mean (t * t)", "jnp.mean(t * t)"),
+    ("max (t * u)", "jnp.max(t * u)"),
+    (
+        "sum (sum_axis (t * t) 0 * tensor [1.0, 2.0, 3.0])",
+        "jnp.sum(jnp.sum(t * t, axis=0) * jnp.array([1.0, 2.0, 3.0]))",
+    ),
+    ("sum (mean_axis (t * u) 1 * tensor [1.0, -2.0])", "jnp.sum(jnp.mean(t * u, axis=1) * jnp.array([1.0, -2.0]))"),
+    ("sum (softmax t * u)", "jnp.sum(jax.nn.softmax(t, axis=-1) * u)"),
+    ("sum (log_softmax t * u)", "jnp.sum(jax.nn.log_softmax(t, axis=-1) * u)"),
+    ("logsumexp (t * 2.0)", "jax.scipy.special.logsumexp(t * 2.0)"),
+    ("sum (reshape t [3, 2] @ reshape u [2, 3])", "jnp.sum(t.reshape(3, 2) @ u.reshape(2, 3))"),
+    (
+        "sum (concat 0 [t, t * t] * concat 0 [u, u])",
+        "jnp.sum(jnp.concatenate([t, t * t], 0) * jnp.concatenate([u, u], 0))",
+    ),
+    ("sum (slice t 1 0 2 * slice u 1 1 3)", "jnp.sum(t[:, 0:2] * u[:, 1:3])"),
+    ("sum (row t 1 * tensor [1.0, 2.0, 3.0])", "jnp.sum(t[1] * jnp.array([1.0, 2.0, 3.0]))"),
+    ("sum (where (greater t u) (t * t) (t * 3.0))", "jnp.sum(jnp.where(t > u, t * t, t * 3.0))"),
+    ("sum (max_of t u * t)", "jnp.sum(jnp.maximum(t, u) * t)"),
+    ("sum (clip (-0.5) 0.5 t * t)", "jnp.sum(jnp.clip(t, -0.5, 0.5) * t)"),
+    ("sum (cumsum t 1 * u)", "jnp.sum(jnp.cumsum(t, axis=1) * u)"),
+    ("sum (t * sum t) + get t [1, 2] * mean t", "jnp.sum(t * jnp.sum(t)) + t[1, 2] * jnp.mean(t)"),
+    ("sum (stack 0 [t, u] * stack 0 [u, t])", "jnp.sum(jnp.stack([t, u]) * jnp.stack([u, t]))"),
+    ("sum (squeeze (expand_dims t 0) 0 * u)", "jnp.sum(jnp.squeeze(jnp.expand_dims(t, 0), 0) * u)"),
+];
+
+const X: &str = "[[0.31, -1.27, 0.83], [1.12, -0.46, 0.58]]";
+const Y: &str = "[[-0.7, 0.2, 1.4], [0.9, 0.35, -1.1]]";
+const V: &str = "[[0.5, -0.25, 1.0], [0.75, 0.1, -0.6]]";
+const U: &str = "[[0.4, 0.9, -0.3], [1.3, -0.8, 0.6]]";
+const M: &str = "[[0.2, -0.5], [0.7, 0.1], [-0.3, 0.9]]";
+
+/// Per op: `jit f` at x, `jit (grad f)`, `grad (jit f)`, `jit (value_and_grad f)`'s gradient
+/// and the tangent of a staged `jvp`, each jitted function having traced at another point
+/// first, so x's numbers come from a compiled program run on new inputs.
+#[test]
+fn staged_tensor_ops_agree_with_jax() {
+    let Some(python) = crate::python::python_with(&["jax"], "the staged tensor ops' comparison with JAX") else {
+        return;
+    };
+    let mut dp =
+        format!("let u = tensor {U}\nlet m = tensor {M}\nlet x = tensor {X}\nlet y = tensor {Y}\nlet v = tensor {V}\n");
+    let mut py = format!(
+        "import jax, jax.numpy as jnp, jax.scipy.special\n\
+         u = jnp.array({U}, dtype=jnp.float32)\nm = jnp.array({M}, dtype=jnp.float32)\n\
+         x = jnp.array({X}, dtype=jnp.float32)\nv = jnp.array({V}, dtype=jnp.float32)\n\
+         def show(vals): print(' '.join(repr(float(a)) for val in vals for a in jnp.ravel(jnp.asarray(val))))\n"
+    );
+    for (i, (d, j)) in OPS.iter().enumerate() {
+        dp.push_str(&format!(
+            "let f{i} = fun t -> {d}\n\
+             let jf{i} = jit f{i}\nlet jg{i} = jit (grad f{i})\nlet jv{i} = jit (value_and_grad f{i})\n\
+             let jt{i} = jit (fun t -> snd (jvp f{i} t v))\n\
+             let _ = (jf{i} y, jg{i} y, jv{i} y, jt{i} y)\n\
+             let () = println (jf{i} x, jg{i} x, grad jf{i} x, snd (jv{i} x), jt{i} x)\n"
+        ));
+        py.push_str(&format!(
+            "f = lambda t: {j}\nshow([f(x), jax.grad(f)(x), jax.grad(f)(x), jax.grad(f)(x), jax.jvp(f, (x,), (v,))[1]])\n"
+        ));
+    }
+    let got: Vec<Vec<f64>> = run_ok(&dp).iter().map(|l| numbers(l)).collect();
+    let out = Command::new(&python).arg("-c").arg(&py).output().expect("run python");
+    assert!(out.status.success(), "JAX failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let want: Vec<Vec<f64>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(|w| w.parse().expect("a JAX number")).collect())
+        .collect();
+    assert_eq!(got.len(), OPS.len(), "dp printed {} lines", got.len());
+    assert_eq!(want.len(), OPS.len(), "JAX printed {} lines", want.len());
+    for (i, ((d, _), (g, w))) in OPS.iter().zip(got.iter().zip(&want)).enumerate() {
+        assert_eq!(g.len(), w.len(), "op {i} `{d}`: dp {g:?}, JAX {w:?}");
+        // float32 on both sides, summed in different orders.
+        let scale = w.iter().fold(1.0f64, |s, x| s.max(x.abs()));
+        for (a, b) in g.iter().zip(w) {
+            assert!((a - b).abs() <= 2e-5 * scale + 1e-4 * a.abs().max(b.abs()), "op {i} `{d}`: dp {g:?}, JAX {w:?}");
+        }
+    }
+}
+
+/// The `jit:` lines of a run's stderr.
+fn jit_log(src: &str) -> (Vec<String>, Vec<String>) {
+    let r = run_with(&[], src, &[("DP_JIT_LOG", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    let log = r.stderr.lines().filter(|l| l.starts_with("jit: ")).map(String::from).collect();
+    (r.stdout.lines().map(String::from).collect(), log)
+}
+
+#[test]
+fn the_signature_cache_traces_once_per_signature() {
+    let src = "let f (x, n) = if n > 0 then x * float n else x - 1.0\n\
+               let j = jit f\n\
+               let () = println (j (2.0, 3))\n\
+               let () = println (j (5.0, 3))\n\
+               let () = println (j (1.5, 2))\n\
+               let () = println (j (7.0, 3))\n\
+               let g x = sum (x * x)\n\
+               let k = jit g\n\
+               let () = println (k (tensor [1.0, 2.0]))\n\
+               let () = println (k (tensor [3.0, 4.0]))\n\
+               let () = println (k (tensor [1.0, 2.0, 3.0]))\n\
+               let () = println (k (astype \"float64\" (tensor [1.0, 2.0, 3.0])))\n\
+               let () = println (grad k (tensor [1.0, 2.0]))\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out, ["6.0", "15.0", "3.0", "21.0", "5.0", "25.0", "14.0", "14.0", "tensor [2.0, 4.0]"]);
+    let kinds: Vec<&str> = log.iter().map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+    assert_eq!(kinds, ["trace", "hit", "trace", "hit", "trace", "hit", "trace", "trace", "inline"], "{log:#?}");
+    assert!(log[0].starts_with("jit: trace #1 (Float, 3)"), "{}", log[0]);
+    assert!(log[3].starts_with("jit: hit #1 (Float, 3)"), "{}", log[3]);
+    assert!(log[6].starts_with("jit: trace #2 (float32 [3])"), "{}", log[6]);
+    assert!(log[7].starts_with("jit: trace #2 (float64 [3])"), "{}", log[7]);
+}
+
+#[test]
+fn the_cache_keeps_a_bounded_number_of_signatures() {
+    // Nine signatures (the Int is part of each): the first is evicted by the ninth, so calling
+    // it again traces again (evicting the least recently used, n = 2); n = 3 is still cached.
+    let src = "let j = jit (fun (x, n) -> x * float n)\n\
+               let _ = map (fun n -> j (1.0, n)) [1, 2, 3, 4, 5, 6, 7, 8, 9]\n\
+               let () = println (j (2.0, 1))\n\
+               let () = println (j (2.0, 3))\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out, ["2.0", "6.0"]);
+    let kinds: Vec<&str> = log.iter().map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
+    let mut want = vec!["trace"; 9];
+    want.extend(["trace", "hit"]);
+    assert_eq!(kinds, want, "{log:#?}");
+    assert!(
+        log[9].starts_with("jit: trace #1 (Float, 1)") && log[10].starts_with("jit: hit #1 (Float, 3)"),
+        "{log:#?}"
+    );
+}
+
+/// The IR of one staged call as DP_DUMP_IR prints it: the node lines.
+fn dump(src: &str) -> Vec<String> {
+    let r = run_with(&[], src, &[("DP_DUMP_IR", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).map(|l| l.trim().to_string()).collect()
+}
+
+#[test]
+fn dead_code_drops_the_backward_pass_nobody_reads() {
+    // Only the value of value_and_grad is used: the partials and the backward pass vanish.
+    let ir = dump("let f x = sin x * x\nlet () = println (jit (fun x -> fst (value_and_grad f x)) 0.5)\n");
+    assert_eq!(ir, ["%0 = input 0 : Float", "%1 = sin %0 : Float", "%2 = mul %1 %0 : Float"], "{ir:#?}");
+    // Only the adjoint of `a`: nothing computes b's (which would be a · cos b · …).
+    let ir = dump("let f (a, b) = a * sin b\nlet () = println (jit (fun p -> fst (grad f p)) (0.5, 2.0))\n");
+    assert!(!ir.iter().any(|l| l.contains("cos")), "{ir:#?}");
+    assert!(ir.iter().any(|l| l.contains("sin")), "{ir:#?}");
+}
+
+#[test]
+fn common_subexpressions_and_identities_are_shared() {
+    let ir = dump("let () = println (jit (fun x -> sin x * 1.0 + sin x) 0.5)\n");
+    assert_eq!(ir, ["%0 = input 0 : Float", "%1 = sin %0 : Float", "%2 = add %1 %1 : Float"], "{ir:#?}");
+    // The log line gives the sizes before and after.
+    let (_, log) = jit_log("let () = println (jit (fun x -> sin x * 1.0 + sin x) 0.5)\n");
+    assert!(log[0].ends_with("4 operations, 2 after optimisation"), "{log:#?}");
+}
+
+#[test]
+fn staged_code_with_structures_and_loops() {
+    // A record argument, a list result, recursion on an Int of the signature (unrolled).
+    let src = "let rec go i acc x = if i == 0 then acc else go (i - 1) (acc * x + 1.0) x\n\
+               let step p = { w = p.w - 0.1 * grad (fun w -> go p.n w p.x) p.w, n = p.n, x = p.x }\n\
+               let j = jit step\n\
+               let p = { w = 0.5, n = 4, x = 1.5 }\n\
+               let () = println (step p == j p, (j p).w)\n\
+               let h = jit (fun (a, b) -> [a + b, a * b, go 3 a b])\n\
+               let () = println (h (2.0, 3.0))\n";
+    let out = run_ok(src);
+    // d/dw go 4 w x = x^4 (the loop computes w·x⁴ + x³ + x² + x + 1): w − 0.1 · 1.5⁴.
+    let w = 0.5 - 0.1 * 1.5f64.powi(4);
+    assert_eq!(out[0], format!("(true, {w:?})"));
+    // go 3 2 3 = ((2·3 + 1)·3 + 1)·3 + 1 = 67.
+    assert_eq!(out[1], "[5.0, 6.0, 67.0]");
+}
