@@ -719,9 +719,8 @@ pub fn start<H: Host>(m: &mut H, x: &Value, tag: u32) -> FResult<(Value, usize)>
     let mut size: Option<(usize, Vec<usize>)> = None;
     let v = super::map_leaves(x.clone(), &mut |leaf| {
         let leaf = super::live(m, leaf);
-        let tensor = matches!(strip(&leaf), Value::Tensor(_))
-            || matches!(strip(&leaf), Value::Batched(b) if b.kind == Example::Tensor);
-        if !tensor {
+        // A Tensor leaf: plain, batched by an outer `vmap`, or traced by `jit`.
+        if !super::is_tensor(&leaf) {
             return Ok(leaf);
         }
         let s = shape_of(&leaf);
@@ -764,7 +763,7 @@ pub fn finish<H: Host>(m: &mut H, tag: u32, size: usize, y: Value) -> FResult<Va
             let mut full = vec![size];
             full.extend_from_slice(&s);
             match strip(&v) {
-                Value::Float(_) => call(m, TOp::BroadcastTo(full), vec![v]),
+                w if !super::is_tensor(&w) => call(m, TOp::BroadcastTo(full), vec![v]),
                 _ => {
                     let mut one = vec![1];
                     one.extend_from_slice(&s);

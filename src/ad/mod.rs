@@ -251,7 +251,9 @@ pub fn full_like(v: &Value, z: f64) -> FResult<Value> {
 pub fn zero_like(v: &Value) -> Value {
     match strip(v) {
         Value::Tensor(t) => Value::Tensor(Rc::new(t.zeros_like().unwrap_or_else(|_| Tensor::zeros(t.shape())))),
-        w if is_tensor(&w) => full_like(&w, 0.0).unwrap_or_else(|_| Value::Tensor(Rc::new(Tensor::zeros(&shape_of(&w))))),
+        w if is_tensor(&w) => {
+            full_like(&w, 0.0).unwrap_or_else(|_| Value::Tensor(Rc::new(Tensor::zeros(&shape_of(&w)))))
+        }
         _ => Value::Float(0.0),
     }
 }

@@ -1290,6 +1290,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::CustomVjp
             | B::CustomJvp
             | B::Checkpoint
+            | B::Vmap
             | B::Jit
             | B::StopGradient
             | B::Error

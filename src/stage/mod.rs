@@ -224,10 +224,11 @@ fn rebuild(x: &Value, leaves: &mut impl Iterator<Item = Value>) -> Value {
     }
 }
 
-/// Whether any leaf of the argument is differentiated (a `grad` or `jvp` outside the `jit`).
+/// Whether any leaf of the argument is differentiated or batched (a `grad`, `jvp` or `vmap`
+/// outside the `jit`).
 fn perturbed(x: &Value) -> bool {
     match x {
-        Value::Tracked(_) | Value::Dual(_) => true,
+        Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) => true,
         Value::Tuple(vs) => vs.iter().any(perturbed),
         Value::Record(r) => r.values.iter().any(perturbed),
         Value::Cons(_) => x.iter_list().any(perturbed),
@@ -287,7 +288,7 @@ impl Jit {
             return Ok(Call::Inline);
         }
         if perturbed(x) {
-            self.note(|| "inline (the argument is differentiated outside the jit)".to_string());
+            self.note(|| "inline (the argument is differentiated or batched outside the jit)".to_string());
             return Ok(Call::Inline);
         }
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
