@@ -419,7 +419,7 @@ mod tests {
         let mut i = 0u32;
         while text.len() < 3 * PART_BYTES {
             text += &format!("{}.5,{}e-3,-{}\r\n", i, i % 977, i % 13);
-            if i % 1000 == 0 {
+            if i.is_multiple_of(1000) {
                 text += "\n";
             }
             i += 1;
