@@ -11,7 +11,6 @@
 
 use crate::golden::numbers;
 use crate::run::run_ok;
-use std::process::Command;
 
 /// Dyadic inputs (exact in float32 and float64), one list each, written into both programs.
 fn grid(n: usize, mul: usize, modulo: usize, scale: f64) -> Vec<f64> {
@@ -86,15 +85,7 @@ causal = np.tril(np.ones((3, 3), dtype=bool))
 }
 
 fn python(body: &str, what: &str, modules: &[&str]) -> Option<Vec<String>> {
-    let python = crate::python::python_with(modules, what)?;
-    let script = format!("{}\n{body}", np_inputs());
-    let out = Command::new(&python).arg("-c").arg(&script).output().expect("run python");
-    assert!(out.status.success(), "python: {}\n--- script\n{script}", String::from_utf8_lossy(&out.stderr));
-    Some(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
-}
-
-fn agree(got: &[f64], want: &[f64], tol: f64) -> bool {
-    got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g - w).abs() <= tol * w.abs().max(1.0))
+    crate::python::run_lines(modules, what, &format!("{}\n{body}", np_inputs()))
 }
 
 /// (dp expression of a Tensor, its NumPy/JAX value).
@@ -135,12 +126,7 @@ fn nn_values_agree_with_numpy_and_jax() {
     }
     let got = run_ok(&src);
     assert_eq!(got.len(), VALUES.len(), "{got:?}");
-    let bad: Vec<String> = VALUES
-        .iter()
-        .zip(got.iter().zip(&want))
-        .filter(|(_, (g, w))| !agree(&numbers(g), &numbers(w), 1e-12))
-        .map(|((dp, np), (g, w))| format!("`{dp}`: dp {g}\n    `{np}`: {w}"))
-        .collect();
+    let bad = crate::python::disagreements(VALUES, &got, &want, 1e-12);
     assert!(bad.is_empty(), "disagreements:\n{}", bad.join("\n"));
 }
 
@@ -207,7 +193,7 @@ for expr, x0 in [
     let bad: Vec<String> = GRADS
         .iter()
         .zip(got.iter().zip(&want))
-        .filter(|(_, (g, w))| !agree(&numbers(g), &numbers(w), 1e-6))
+        .filter(|(_, (g, w))| !crate::python::agree(&numbers(g), &numbers(w), 1e-6))
         .map(|((dp, _, _), (g, w))| format!("`{dp}`: grad {g}\n    finite differences {w}"))
         .collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
@@ -254,6 +240,6 @@ show([warm(0.5, 4, s) for s in range(-1, 13)]); show([cos_(0.5, 10, s) for s in 
     let got = run_ok(&src);
     assert_eq!(got.len(), 4, "{got:?}");
     for (g, w) in got.iter().zip(&want) {
-        assert!(agree(&numbers(g), &numbers(w), 1e-12), "dp {g}\nNumPy {w}");
+        assert!(crate::python::agree(&numbers(g), &numbers(w), 1e-12), "dp {g}\nNumPy {w}");
     }
 }

@@ -27,3 +27,30 @@ pub fn python_with(modules: &[&str], what: &str) -> Option<PathBuf> {
     );
     None
 }
+
+/// Runs `script` with the interpreter of `python_with(modules, what)`: its stdout's lines, or
+/// None when the test is skipped. A failing script fails the test, with its stderr.
+pub fn run_lines(modules: &[&str], what: &str, script: &str) -> Option<Vec<String>> {
+    let python = python_with(modules, what)?;
+    let out = Command::new(&python).arg("-c").arg(script).output().expect("run python");
+    assert!(out.status.success(), "python: {}\n--- script\n{script}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
+}
+
+/// Whether dp's numbers and Python's agree to `tol` relative to max(1, |want|), NaN matching NaN.
+pub fn agree(got: &[f64], want: &[f64], tol: f64) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0))
+}
+
+/// The rows of a table of (dp expression, Python expression) whose printed numbers (`got`,
+/// `want`, line by line) disagree to `tol`, each as a report.
+pub fn disagreements(cases: &[(&str, &str)], got: &[String], want: &[String], tol: f64) -> Vec<String> {
+    use crate::golden::numbers;
+    cases
+        .iter()
+        .zip(got.iter().zip(want))
+        .filter(|(_, (g, w))| !agree(&numbers(g), &numbers(w), tol))
+        .map(|((dp, py), (g, w))| format!("`{dp}`: dp {g}\n    `{py}`: {w}"))
+        .collect()
+}

@@ -11,7 +11,6 @@
 
 use crate::golden::numbers;
 use crate::run::run_ok;
-use std::process::Command;
 
 /// The inputs, as dp and as NumPy: dyadic values, so float32 literals convert to float64
 /// exactly; `x` and `y` have no ties (finite differences are defined everywhere used).
@@ -104,16 +103,7 @@ const VALUES: &[(&str, &str)] = &[
 
 /// Runs the NumPy side: `body` prints lines (with `show`).
 fn numpy(body: &str, what: &str, modules: &[&str]) -> Option<Vec<String>> {
-    let python = crate::python::python_with(modules, what)?;
-    let script = format!("{NP_INPUTS}\n{body}");
-    let out = Command::new(&python).arg("-c").arg(&script).output().expect("run python");
-    assert!(out.status.success(), "python: {}\n--- script\n{script}", String::from_utf8_lossy(&out.stderr));
-    Some(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
-}
-
-fn agree(got: &[f64], want: &[f64], tol: f64) -> bool {
-    got.len() == want.len()
-        && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0))
+    crate::python::run_lines(modules, what, &format!("{NP_INPUTS}\n{body}"))
 }
 
 #[test]
@@ -130,12 +120,7 @@ fn tensor_ops_values_agree_with_numpy() {
     }
     let got = run_ok(&src);
     assert_eq!(got.len(), VALUES.len(), "{got:?}");
-    let bad: Vec<String> = VALUES
-        .iter()
-        .zip(got.iter().zip(&want))
-        .filter(|(_, (g, w))| !agree(&numbers(g), &numbers(w), 1e-6))
-        .map(|((dp, np), (g, w))| format!("`{dp}`: dp {g}\n    NumPy `{np}`: {w}"))
-        .collect();
+    let bad = crate::python::disagreements(VALUES, &got, &want, 1e-6);
     assert!(bad.is_empty(), "disagreements with NumPy:\n{}", bad.join("\n"));
 }
 
@@ -204,16 +189,16 @@ for expr in [
     for (k, (dp, _)) in GRADS.iter().enumerate() {
         let (g, hv, jv) = (numbers(&got[3 * k]), numbers(&got[3 * k + 1]), numbers(&got[3 * k + 2]));
         let (fd, jax_hv) = (numbers(&want[2 * k]), numbers(&want[2 * k + 1]));
-        if !agree(&g, &fd, 1e-6) {
+        if !crate::python::agree(&g, &fd, 1e-6) {
             bad.push(format!("`{dp}`: grad {g:?}, finite differences {fd:?}"));
         }
-        if !agree(&hv, &jax_hv, 1e-9) {
+        if !crate::python::agree(&hv, &jax_hv, 1e-9) {
             bad.push(format!("`{dp}`: second order {hv:?}, JAX {jax_hv:?}"));
         }
         // 1e-7, not float64's 1e-12: a Float's tangent broadcast against a tensor (`t - mean t`
         // in `var`) is made a float32 tensor by the forward mode of arithmetic (src/ad/mod.rs,
         // BroadcastTo of a Float), which this slice leaves alone.
-        if jv.len() != 2 || !agree(&jv[..1], &jv[1..], 1e-7) {
+        if jv.len() != 2 || !crate::python::agree(&jv[..1], &jv[1..], 1e-7) {
             bad.push(format!("`{dp}`: jvp and ⟨grad, v⟩ differ: {jv:?}"));
         }
     }
