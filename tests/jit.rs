@@ -202,3 +202,53 @@ fn staged_code_with_structures_and_loops() {
     // go 3 2 3 = ((2·3 + 1)·3 + 1)·3 + 1 = 67.
     assert_eq!(out[1], "[5.0, 6.0, 67.0]");
 }
+
+/// W1's loop (bench/w1) under `jit (value_and_grad f)`: the trace of 2,000 iterations runs as
+/// native loops (a forward loop and the backward pass's loops reading its tape in reverse),
+/// and gives the machine's own numbers to the last bit, at the traced point and another.
+#[test]
+fn a_staged_loop_runs_as_native_loops_with_the_machines_numbers() {
+    let src = "let n = 2000\n\
+               let f x =\n\
+               \x20 let rec go i acc = if i > n then acc else go (i + 1) (acc * 0.99 + sin (x * (float i * 1e-4)) * x) in\n\
+               \x20 go 1 0.0\n\
+               let j = jit (value_and_grad f)\n\
+               let () = println (value_and_grad f 0.5)\n\
+               let () = println (j 0.5)\n\
+               let () = println (value_and_grad f (-1.75))\n\
+               let () = println (j (-1.75))\n";
+    let (out, log) = jit_log(src);
+    assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{out:?}");
+    let words: Vec<&str> = log[0].split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "loops").expect("a native note");
+    let (loops, looped, total): (usize, usize, usize) =
+        (words[at - 1].parse().unwrap(), words[at + 2].parse().unwrap(), words[at + 4].parse().unwrap());
+    assert!(loops >= 2 && looped * 100 >= total * 99, "{}", log[0]);
+}
+
+/// Native code and the executor alone (`DP_JIT_NATIVE=0`) print the same numbers, for scalar
+/// code mixed with tensors, masks (relu, abs, where), powers and every math function.
+#[test]
+fn native_code_agrees_with_the_executor() {
+    let src = "let g (x, t) =\n\
+               \x20 let s = sum (t * x) in\n\
+               \x20 let rec go i acc = if i == 0 then acc else go (i - 1) (relu (acc - 0.3) + abs (sin acc * x) ** 1.5 + tanh (acc * s)) in\n\
+               \x20 let y = go 12 x in\n\
+               \x20 y * exp (-(y * y)) + log (1.0 + sqrt (y * y)) + sigmoid y + cos y * tan (y * 0.1) - (-y) / 3.0 + sum (t * y)\n\
+               let j = jit (value_and_grad g)\n\
+               let t = tensor [0.5, -1.5, 2.0]\n\
+               let () = println (j (0.7, t))\n\
+               let () = println (j (-0.2, t))\n\
+               let () = println (j (0.0, t))\n\
+               let () = println (value_and_grad g (0.7, t))\n\
+               let h = jit (fun x -> grad (fun y -> y ** 3.0 + relu y * abs y) x)\n\
+               let () = println (h 2.0, h (-3.0), h 0.0)\n";
+    let native = run_with(&[], src, &[("DP_JIT_LOG", "1")]);
+    let plain = run_with(&[], src, &[("DP_JIT_NATIVE", "0")]);
+    assert!(native.ok && plain.ok, "{}\n{}", native.stderr, plain.stderr);
+    assert_eq!(native.stdout, plain.stdout);
+    assert!(native.stderr.contains("native: "), "{}", native.stderr);
+    let lines: Vec<&str> = native.stdout.lines().collect();
+    // The staged gradient at the traced point is the machine's, to print precision.
+    assert_eq!(lines[0], lines[3], "{}", native.stdout);
+}

@@ -4,11 +4,13 @@
 //! structure. `apply` is also what the tracer computes each node's example with, so a traced
 //! call and a compiled one run the same code on the same numbers.
 
-use super::ir::{Node, Op, Program, Template};
+use super::ir::{Kind, Node, Op, Program, Template};
+use super::native;
 use crate::core::Prim;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
 use crate::tensor::{cpu, TOp};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// One operation on plain Floats and tensors.
@@ -50,7 +52,7 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
 
 /// The last node that reads each node (`None`: nothing does), so a value is moved into its
 /// last reader — a tensor nobody else holds is then reused in place by elementwise kernels.
-pub fn last_uses(p: &Program) -> Vec<Option<u32>> {
+fn last_uses(p: &Program) -> Vec<Option<u32>> {
     let mut last = vec![None; p.nodes.len()];
     for (i, n) in p.nodes.iter().enumerate() {
         if let Node::Apply(_, args) = n {
@@ -66,48 +68,201 @@ pub fn last_uses(p: &Program) -> Vec<Option<u32>> {
     last
 }
 
-/// Runs `p` on the argument's leaves (in the signature's order) and builds the result.
-pub fn run(p: &Program, last: &[Option<u32>], mut inputs: Vec<Value>) -> FResult<Value> {
-    let mut slots: Vec<Value> = Vec::with_capacity(p.nodes.len());
-    for (i, node) in p.nodes.iter().enumerate() {
-        let v = match node {
-            Node::Input(k) => std::mem::take(&mut inputs[*k]),
-            Node::Const(v) => v.clone(),
-            // Scalar code: straight to the f64 operation, with no operand vector.
-            Node::Apply(Op::Bin(p), args) if is_float(&slots, args) => {
-                Value::Float(float_bin(*p, float(&slots, args[0]), float(&slots, args[1]))?)
+/// One step of running a plan.
+enum Step {
+    /// A node the tensor library computes (or any operation native code does not cover).
+    Node(u32),
+    /// A native function (its index in the plan's `Code`).
+    Native(usize),
+}
+
+/// A staged program ready to run: its operations in order, runs of Float operations
+/// compiled to native code (`native`), and the values of its Float nodes in one `f64` array
+/// indexed by node (constants written once, here), while tensors live in `Value` slots.
+pub struct Plan {
+    pub prog: Program,
+    last: Vec<Option<u32>>,
+    steps: Vec<Step>,
+    code: Option<native::Code>,
+    /// The Float slots, kept between calls (no node writes a constant's slot, so the
+    /// constants stay); taken while a call runs.
+    floats: RefCell<Vec<f64>>,
+    tensors: bool,
+    /// The input nodes: (node, leaf of the argument).
+    inputs: Vec<(u32, usize)>,
+    /// What became of native compilation, for `DP_JIT_LOG`.
+    pub native_note: String,
+}
+
+/// Whether staged programs get native code: `DP_JIT_NATIVE=0` keeps them on the executor's
+/// kernels alone (to compare the two, or on a host Cranelift cannot target).
+fn native_enabled() -> bool {
+    std::env::var("DP_JIT_NATIVE").map_or(true, |v| v != "0")
+}
+
+impl Plan {
+    pub fn new(prog: Program) -> Plan {
+        let last = last_uses(&prog);
+        let n = prog.nodes.len();
+        let mut floats = vec![0.0; n];
+        for (i, node) in prog.nodes.iter().enumerate() {
+            if let Node::Const(Value::Float(x)) = node {
+                floats[i] = *x;
             }
-            Node::Apply(Op::Un(u), args) if is_float(&slots, args) => Value::Float(u.eval(float(&slots, args[0]))),
-            Node::Apply(op, args) => {
-                let vals = args
-                    .iter()
-                    .map(|&a| {
-                        let a = a as usize;
-                        if last[a] == Some(i as u32) && !args_repeat(args, a) {
-                            std::mem::take(&mut slots[a])
-                        } else {
-                            slots[a].clone()
-                        }
-                    })
-                    .collect();
-                apply(op, vals)?
+        }
+        let tensors = prog.kinds.iter().any(|k| matches!(k, Kind::Tensor(..)));
+        // Runs of native operations (constants and inputs between them do not break a run).
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let mut open: Option<usize> = None;
+        let mut end = 0;
+        let use_native = native_enabled();
+        for (i, node) in prog.nodes.iter().enumerate() {
+            if !matches!(node, Node::Apply(..)) {
+                continue;
             }
+            if use_native && native::is_native(&prog, i) {
+                open.get_or_insert(i);
+                end = i + 1;
+            } else if let Some(s) = open.take() {
+                runs.push((s, end));
+            }
+        }
+        if let Some(s) = open {
+            runs.push((s, end));
+        }
+        let (code, spans, native_note) = match runs.is_empty() {
+            true => (None, Vec::new(), String::new()),
+            false => match native::compile(&prog, &runs) {
+                Ok((code, spans)) => {
+                    let note = format!(
+                        "native: {} functions, {} loops over {} of {} nodes",
+                        code.functions.len(),
+                        code.loops,
+                        code.looped_nodes,
+                        n
+                    );
+                    (Some(code), spans, note)
+                }
+                Err(e) => (None, Vec::new(), format!("no native code ({e})")),
+            },
         };
-        slots.push(v);
+        // The steps: each run's functions at its first node, every other operation itself.
+        let mut steps = Vec::new();
+        let mut runs_at = runs.iter().zip(&spans).peekable();
+        let mut i = 0;
+        while i < n {
+            if let Some(&(&(s, e), &(first, count))) = runs_at.peek() {
+                if i == s && code.is_some() {
+                    steps.extend((first..first + count).map(Step::Native));
+                    runs_at.next();
+                    i = e;
+                    continue;
+                }
+            }
+            match &prog.nodes[i] {
+                Node::Apply(..) => steps.push(Step::Node(i as u32)),
+                Node::Const(v) if !matches!(v, Value::Float(_)) => steps.push(Step::Node(i as u32)),
+                _ => {}
+            }
+            i += 1;
+        }
+        let inputs = prog
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| if let Node::Input(k) = n { Some((i as u32, *k)) } else { None })
+            .collect();
+        Plan { prog, last, steps, code, floats: RefCell::new(floats), tensors, inputs, native_note }
     }
-    let outs: Vec<Value> = p.outputs.iter().map(|&o| slots[o as usize].clone()).collect();
-    Ok(build(&p.template, &outs))
+
+    /// Runs the program on the argument's leaves (in the signature's order) and builds the
+    /// result.
+    pub fn run(&self, inputs: Vec<Value>) -> FResult<Value> {
+        let mut floats = self.floats.replace(Vec::new());
+        if floats.len() != self.prog.nodes.len() {
+            // A call running inside another (not reachable today: a program does not call
+            // back into the machine) gets a fresh array.
+            floats = Plan::new_floats(&self.prog);
+        }
+        let result = self.run_with(&mut floats, inputs);
+        self.floats.replace(floats);
+        result
+    }
+
+    fn new_floats(p: &Program) -> Vec<f64> {
+        p.nodes.iter().map(|n| if let Node::Const(Value::Float(x)) = n { *x } else { 0.0 }).collect()
+    }
+
+    fn run_with(&self, floats: &mut [f64], mut inputs: Vec<Value>) -> FResult<Value> {
+        let p = &self.prog;
+        let mut slots: Vec<Value> = if self.tensors { vec![Value::Unit; p.nodes.len()] } else { Vec::new() };
+        for &(i, k) in &self.inputs {
+            match std::mem::take(&mut inputs[k]) {
+                Value::Float(x) => floats[i as usize] = x,
+                v => slots[i as usize] = v,
+            }
+        }
+        for step in &self.steps {
+            match step {
+                Step::Native(f) => {
+                    let code = self.code.as_ref().ok_or_else(|| Fault::internal("a native step with no code"))?;
+                    // SAFETY: the function reads and writes slots of nodes of this program
+                    // only, and `floats` has one per node.
+                    unsafe { code.functions[*f](floats.as_mut_ptr()) }
+                }
+                Step::Node(i) => {
+                    let i = *i as usize;
+                    let v = match &p.nodes[i] {
+                        Node::Const(v) => v.clone(),
+                        Node::Apply(Op::Bin(b), args) if p.kinds[i] == Kind::Float && floats_in(p, args) => {
+                            Value::Float(float_bin(*b, floats[args[0] as usize], floats[args[1] as usize])?)
+                        }
+                        Node::Apply(Op::Un(u), args) if p.kinds[i] == Kind::Float && floats_in(p, args) => {
+                            Value::Float(u.eval(floats[args[0] as usize]))
+                        }
+                        Node::Apply(op, args) => {
+                            let vals = args
+                                .iter()
+                                .map(|&a| {
+                                    let a = a as usize;
+                                    if p.kinds[a] == Kind::Float {
+                                        Value::Float(floats[a])
+                                    } else if self.last[a] == Some(i as u32) && !args_repeat(args, a) {
+                                        std::mem::take(&mut slots[a])
+                                    } else {
+                                        slots[a].clone()
+                                    }
+                                })
+                                .collect();
+                            apply(op, vals)?
+                        }
+                        Node::Input(_) => continue,
+                    };
+                    match v {
+                        Value::Float(x) => floats[i] = x,
+                        v => slots[i] = v,
+                    }
+                }
+            }
+        }
+        let outs: Vec<Value> = p
+            .outputs
+            .iter()
+            .map(|&o| {
+                let o = o as usize;
+                if p.kinds[o] == Kind::Float {
+                    Value::Float(floats[o])
+                } else {
+                    slots[o].clone()
+                }
+            })
+            .collect();
+        Ok(build(&p.template, &outs))
+    }
 }
 
-fn is_float(slots: &[Value], args: &[u32]) -> bool {
-    args.iter().all(|&a| matches!(slots[a as usize], Value::Float(_)))
-}
-
-fn float(slots: &[Value], a: u32) -> f64 {
-    match slots[a as usize] {
-        Value::Float(x) => x,
-        _ => f64::NAN,
-    }
+fn floats_in(p: &Program, args: &[u32]) -> bool {
+    args.iter().all(|&a| p.kinds[a as usize] == Kind::Float)
 }
 
 /// Whether a node reads operand `a` twice (`x * x`): it is then cloned, not moved.

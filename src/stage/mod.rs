@@ -20,14 +20,16 @@
 
 pub mod exec;
 pub mod ir;
+mod native;
 pub mod opt;
+mod reroll;
 mod trace;
 
 use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{DType, Device, TOp, Un};
-use ir::{Op, Program};
+use ir::Op;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Instant;
@@ -61,8 +63,7 @@ enum Sig {
 
 struct Compiled {
     sig: Vec<Sig>,
-    prog: Rc<Program>,
-    last: Vec<Option<u32>>,
+    plan: Rc<exec::Plan>,
 }
 
 struct Function {
@@ -106,7 +107,7 @@ pub struct Jit {
     log: bool,
     dump: bool,
     /// The last program compiled, with its heading (the REPL's `:ir` prints it).
-    last: Option<(String, Rc<Program>)>,
+    last: Option<(String, Rc<exec::Plan>)>,
 }
 
 impl Default for Jit {
@@ -267,7 +268,7 @@ impl Jit {
 
     /// The program compiled last, as `DP_DUMP_IR` prints it (the REPL's `:ir`).
     pub fn last_ir(&self) -> Option<String> {
-        self.last.as_ref().map(|(heading, prog)| format!("{heading}\n{prog}"))
+        self.last.as_ref().map(|(heading, plan)| format!("{heading}\n{}", plan.prog))
     }
 
     /// Whether a staged function is being traced.
@@ -303,7 +304,7 @@ impl Jit {
         }
         let id = func.id;
         let Some(c) = func.compiled.back() else { return Ok(Call::Trace) };
-        let v = exec::run(&c.prog, &c.last, leaves)?;
+        let v = c.plan.run(leaves)?;
         self.note(|| format!("hit #{id} {}", show_sig(&sig)));
         Ok(Call::Done(v))
     }
@@ -326,9 +327,13 @@ impl Jit {
         let Pending { trace, key, f, sig, leaves, started } =
             self.pending.take().ok_or_else(|| Fault::internal("a staged call ended with no trace running"))?;
         let traced = trace.finish(out)?;
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        let (traced_in, optimising) = (ms(started), Instant::now());
         let before = traced.work();
         let prog = opt::optimise(traced);
-        let last = exec::last_uses(&prog);
+        let (optimised_in, compiling) = (ms(optimising), Instant::now());
+        let plan = exec::Plan::new(prog);
+        let compiled_in = ms(compiling);
         let n = self.functions.len();
         if !self.functions.contains_key(&key) && n >= FUNCTIONS {
             // The function used longest ago goes.
@@ -350,21 +355,25 @@ impl Jit {
         let id = func.id;
         let heading = format!("jit #{id} {}:", show_sig(&sig));
         if self.dump {
-            eprint!("{heading}\n{prog}");
+            eprint!("{heading}\n{}", plan.prog);
         }
-        let result = exec::run(&prog, &last, leaves);
-        let after = prog.work();
+        let result = plan.run(leaves);
+        let after = plan.prog.work();
         if func.compiled.len() >= SIGNATURES_PER_FUNCTION {
             func.compiled.pop_front();
         }
         let elapsed = started.elapsed().as_secs_f64() * 1e3;
+        let native = match plan.native_note.as_str() {
+            "" => String::new(),
+            note => format!("; {note}"),
+        };
         let line = format!(
-            "trace #{id} {} in {elapsed:.2} ms: {before} operations, {after} after optimisation",
+            "trace #{id} {} in {elapsed:.2} ms (traced in {traced_in:.2} ms, optimised in {optimised_in:.2} ms, compiled in {compiled_in:.2} ms{native}): {before} operations, {after} after optimisation",
             show_sig(&sig)
         );
-        let prog = Rc::new(prog);
-        self.last = Some((heading, prog.clone()));
-        func.compiled.push_back(Compiled { sig, prog, last });
+        let plan = Rc::new(plan);
+        self.last = Some((heading, plan.clone()));
+        func.compiled.push_back(Compiled { sig, plan });
         self.note(|| line);
         result
     }

@@ -1,0 +1,479 @@
+//! Native code for the scalar part of a staged program, compiled with Cranelift (why
+//! Cranelift: docs/design.md, "Native code").
+//!
+//! Every Float node of a program has a slot in one `f64` array, indexed by node number, whose
+//! constants are written once when the program is compiled. A run of consecutive Float
+//! operations becomes native code over that array: straight-line code where the run does not
+//! repeat, and a loop where `reroll` found one, so W1's 100,000 traced iterations run as a
+//! loop of one iteration's instructions. Each node's result is stored in its slot (the
+//! executor and later code read it there); within straight code and within one iteration of
+//! a loop, operands come from registers.
+//!
+//! The arithmetic is the interpreter's, bit for bit: `+ - * /`, negation, `abs` and `sqrt`
+//! are IEEE operations in both; every other math function, and `**`, is a call to the very
+//! Rust function the interpreter calls (`Un::eval`, `f64::powf`); the derivative rules' masks
+//! are compares and selects with the interpreter's NaN behaviour. Nothing is reassociated or
+//! fused (Cranelift does neither on floats).
+
+use super::ir::{Kind, Node, Op, Program};
+use super::reroll::{self, Affine, Piece};
+use crate::core::Prim;
+use crate::tensor::{TOp, Un};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, SigRef, Value as CValue};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Module};
+use std::collections::HashMap;
+
+/// The most nodes one native function holds: longer runs are split, which keeps Cranelift's
+/// compile time linear in the program.
+const FUNCTION_NODES: usize = 2048;
+
+/// A compiled function: computes its nodes into the slot array.
+pub type NativeFn = unsafe extern "C" fn(*mut f64);
+
+/// The math functions native code calls, by their index here (`un_call`'s first argument).
+const UNARY: [Un; 11] =
+    [Un::Neg, Un::Sin, Un::Cos, Un::Tan, Un::Exp, Un::Log, Un::Sqrt, Un::Tanh, Un::Sigmoid, Un::Relu, Un::Abs];
+
+extern "C" fn un_call(code: u32, x: f64) -> f64 {
+    UNARY[code as usize].eval(x)
+}
+
+extern "C" fn pow_call(x: f64, y: f64) -> f64 {
+    x.powf(y)
+}
+
+/// Whether node `i` is an operation native code computes: a Float result of Float operands,
+/// by an operation this module knows.
+pub fn is_native(p: &Program, i: usize) -> bool {
+    let Node::Apply(op, args) = &p.nodes[i] else { return false };
+    let floats = p.kinds[i] == Kind::Float && args.iter().all(|&a| p.kinds[a as usize] == Kind::Float);
+    floats
+        && match op {
+            Op::Bin(b) => matches!(b, Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow) && args.len() == 2,
+            Op::Un(u) => UNARY.contains(u) && args.len() == 1,
+            Op::T(TOp::Step | TOp::Sign) => args.len() == 1,
+            Op::T(TOp::Mask) => args.len() == 2,
+            Op::T(_) => false,
+        }
+}
+
+/// The native code of a program: its functions, and the memory that holds them.
+pub struct Code {
+    module: Option<JITModule>,
+    pub functions: Vec<NativeFn>,
+    /// How the runs were compiled, for `DP_JIT_LOG`: loops, and nodes in loops.
+    pub loops: usize,
+    pub looped_nodes: usize,
+}
+
+impl Drop for Code {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // SAFETY: the functions are only reachable through this `Code` (the plan that
+            // calls them owns it), so none can run after this.
+            unsafe { module.free_memory() }
+        }
+    }
+}
+
+/// The functions for `runs` (ranges of nodes whose operations are all `is_native`, with
+/// constants and inputs between them): each run's functions, in order, are
+/// `functions[first..first + count]` for its `(first, count)` in the second result.
+pub fn compile(p: &Program, runs: &[(usize, usize)]) -> Result<(Code, Vec<(usize, usize)>), String> {
+    if p.nodes.len() >= (i32::MAX as usize) / 8 {
+        return Err("the program is too large for 32-bit slot offsets".into());
+    }
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, k: &str, v: &str| f.set(k, v).map_err(|e| e.to_string());
+    set(&mut flags, "opt_level", "speed")?;
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    set(&mut flags, "is_pic", "false")?;
+    set(&mut flags, "enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })?;
+    let isa = cranelift_native::builder()
+        .map_err(|e| e.to_string())?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| e.to_string())?;
+    let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+    let ptr = module.target_config().pointer_type();
+    let mut sig = module.make_signature();
+    sig.params.push(AbiParam::new(ptr));
+    let mut un_sig = module.make_signature();
+    un_sig.params.extend([AbiParam::new(types::I32), AbiParam::new(types::F64)]);
+    un_sig.returns.push(AbiParam::new(types::F64));
+    let mut pow_sig = module.make_signature();
+    pow_sig.params.extend([AbiParam::new(types::F64), AbiParam::new(types::F64)]);
+    pow_sig.returns.push(AbiParam::new(types::F64));
+
+    let functions: Vec<Vec<Vec<Piece>>> =
+        runs.iter().map(|&(start, end)| groups(reroll::pieces(&p.nodes, start, end))).collect();
+    let (stored, straight) = stored(p, &functions);
+
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    let mut ids = Vec::new();
+    let mut spans = Vec::new();
+    let (mut loops, mut looped_nodes) = (0, 0);
+    for run in functions {
+        let first = ids.len();
+        for group in run {
+            for piece in &group {
+                if let Piece::Loop { period, count, .. } = piece {
+                    loops += 1;
+                    looped_nodes += (*period * *count) as usize;
+                }
+            }
+            ctx.func.signature = sig.clone();
+            {
+                let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+                let un = b.import_signature(un_sig.clone());
+                let pow = b.import_signature(pow_sig.clone());
+                let f = ids.len() as u32;
+                Emitter {
+                    p,
+                    stored: &stored,
+                    straight: &straight,
+                    f,
+                    b: &mut b,
+                    ptr,
+                    un,
+                    pow,
+                    slots: None,
+                    local: HashMap::new(),
+                }
+                .function(&group);
+                b.finalize(module.target_config());
+            }
+            let id = module.declare_anonymous_function(&sig).map_err(|e| e.to_string())?;
+            module.define_function(id, &mut ctx).map_err(|e| format!("{e:?}"))?;
+            module.clear_context(&mut ctx);
+            ids.push(id);
+        }
+        spans.push((first, ids.len() - first));
+    }
+    module.finalize_definitions().map_err(|e| e.to_string())?;
+    let functions = ids
+        .iter()
+        .map(|&id| {
+            let f = module.get_finalized_function(id);
+            // SAFETY: each function was defined with `sig`, `extern "C" fn(*mut f64)` on the
+            // host's default calling convention.
+            unsafe { std::mem::transmute::<*const u8, NativeFn>(f) }
+        })
+        .collect();
+    Ok((Code { module: Some(module), functions, loops, looped_nodes }, spans))
+}
+
+/// The pieces split into functions of at most `FUNCTION_NODES` nodes (a longer straight
+/// run is cut; a loop's body counts once).
+fn groups(pieces: Vec<Piece>) -> Vec<Vec<Piece>> {
+    let mut out = vec![Vec::new()];
+    let mut size = 0;
+    let mut push = |piece: Piece, n: usize, out: &mut Vec<Vec<Piece>>| {
+        if size + n > FUNCTION_NODES && size > 0 {
+            out.push(Vec::new());
+            size = 0;
+        }
+        size += n;
+        if let Some(last) = out.last_mut() {
+            last.push(piece);
+        }
+    };
+    for piece in pieces {
+        match piece {
+            Piece::Straight { start, end } => {
+                let mut s = start;
+                while s < end {
+                    let e = end.min(s + FUNCTION_NODES as u32);
+                    push(Piece::Straight { start: s, end: e }, (e - s) as usize, &mut out);
+                    s = e;
+                }
+            }
+            Piece::Loop { period, .. } => {
+                let n = period as usize;
+                push(piece, n, &mut out);
+            }
+        }
+    }
+    out.retain(|g| !g.is_empty());
+    out
+}
+
+/// How native code reads operand `a` of a node: from a register (`Reg`) or from the slot
+/// array. A register holds a value computed earlier in the same function by straight code
+/// (`straight` says which nodes those are), or earlier in the same iteration of a loop.
+#[derive(PartialEq)]
+enum Read {
+    Reg,
+    Memory,
+}
+
+/// A straight-code read of `a` by a node of function `f`.
+fn straight_read(straight: &[u32], f: u32, a: u32) -> Read {
+    if straight[a as usize] == f {
+        Read::Reg
+    } else {
+        Read::Memory
+    }
+}
+
+/// A loop-body read: body node `i` of the loop `start..` with `period`, operand `o`.
+fn loop_read(p: &Program, straight: &[u32], f: u32, start: u32, period: u32, i: u32, o: &Affine) -> Read {
+    let this_iteration = o.stride == period as i64 && o.base >= start && o.base < i;
+    if this_iteration && matches!(p.nodes[o.base as usize], Node::Apply(..)) {
+        Read::Reg
+    } else if o.stride == 0 {
+        straight_read(straight, f, o.base)
+    } else {
+        Read::Memory
+    }
+}
+
+/// Which nodes' results must be stored in the slot array: those some reader takes from
+/// memory (another function, another iteration, the executor, the program's outputs). The
+/// rest live in registers only, which keeps a loop's traffic to what its tape needs.
+fn stored(p: &Program, functions: &[Vec<Vec<Piece>>]) -> (Vec<bool>, Vec<u32>) {
+    let n = p.nodes.len();
+    const NONE: u32 = u32::MAX;
+    // The function computing each straight-code node, and each native node at all.
+    let (mut straight, mut native) = (vec![NONE; n], vec![false; n]);
+    for (f, group) in functions.iter().flatten().enumerate() {
+        for piece in group {
+            match piece {
+                Piece::Straight { start, end } => {
+                    for i in *start..*end {
+                        straight[i as usize] = f as u32;
+                        native[i as usize] = true;
+                    }
+                }
+                Piece::Loop { start, period, count, .. } => {
+                    native[*start as usize..(*start + period * count) as usize].fill(true);
+                }
+            }
+        }
+    }
+    let mut memory = vec![false; n];
+    for &o in &p.outputs {
+        memory[o as usize] = true;
+    }
+    for (i, node) in p.nodes.iter().enumerate() {
+        if let (false, Node::Apply(_, args)) = (native[i], node) {
+            for &a in args {
+                memory[a as usize] = true;
+            }
+        }
+    }
+    for (f, group) in functions.iter().flatten().enumerate() {
+        let f = f as u32;
+        for piece in group {
+            match piece {
+                Piece::Straight { start, end } => {
+                    for i in *start..*end {
+                        for &a in args_of(&p.nodes[i as usize]) {
+                            if straight_read(&straight, f, a) == Read::Memory {
+                                memory[a as usize] = true;
+                            }
+                        }
+                    }
+                }
+                Piece::Loop { start, period, count, operands } => {
+                    for (k, ops) in operands.iter().enumerate() {
+                        for o in ops {
+                            if loop_read(p, &straight, f, *start, *period, start + k as u32, o) == Read::Memory {
+                                for j in 0..*count as i64 {
+                                    memory[(o.base as i64 + j * o.stride) as usize] = true;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // A loop body node is stored in every iteration or in none.
+    for group in functions.iter().flatten() {
+        for piece in group {
+            if let Piece::Loop { start, period, count, .. } = piece {
+                for k in 0..*period {
+                    let any = (0..*count).any(|j| memory[(start + k + j * period) as usize]);
+                    memory[(start + k) as usize] = any;
+                }
+            }
+        }
+    }
+    (memory, straight)
+}
+
+fn args_of(node: &Node) -> &[u32] {
+    match node {
+        Node::Apply(_, args) => args,
+        _ => &[],
+    }
+}
+
+struct Emitter<'a, 'b> {
+    p: &'a Program,
+    /// `stored(…)`: whether a node's result goes to its slot (a loop body node: its first
+    /// iteration's entry speaks for all).
+    stored: &'a [bool],
+    /// `stored(…)`: the function computing each straight-code node, and this function.
+    straight: &'a [u32],
+    f: u32,
+    b: &'a mut FunctionBuilder<'b>,
+    ptr: types::Type,
+    un: SigRef,
+    pow: SigRef,
+    slots: Option<CValue>,
+    /// Nodes this function computed in straight code: their values, usable anywhere after
+    /// (straight code dominates what follows it).
+    local: HashMap<u32, CValue>,
+}
+
+impl Emitter<'_, '_> {
+    fn function(mut self, pieces: &[Piece]) {
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        self.slots = Some(self.b.block_params(entry)[0]);
+        for piece in pieces {
+            match piece {
+                Piece::Straight { start, end } => self.straight(*start, *end),
+                Piece::Loop { start, period, count, operands } => self.repeat(*start, *period, *count, operands),
+            }
+        }
+        self.b.ins().return_(&[]);
+        self.b.seal_all_blocks();
+    }
+
+    fn slots(&self) -> CValue {
+        self.slots.unwrap_or_else(|| unreachable!("the entry block sets the slot pointer"))
+    }
+
+    fn load(&mut self, base: CValue, node: u32) -> CValue {
+        self.b.ins().load(types::F64, MemFlagsData::trusted(), base, node as i32 * 8)
+    }
+
+    fn straight(&mut self, start: u32, end: u32) {
+        for i in start..end {
+            let Node::Apply(op, args) = &self.p.nodes[i as usize] else { continue };
+            let xs: Vec<CValue> = args
+                .iter()
+                .map(|&a| match (straight_read(self.straight, self.f, a), self.local.get(&a)) {
+                    (Read::Reg, Some(&v)) => v,
+                    _ => self.load(self.slots(), a),
+                })
+                .collect();
+            let v = self.op(op, &xs);
+            if self.stored[i as usize] {
+                let slots = self.slots();
+                self.b.ins().store(MemFlagsData::trusted(), v, slots, i as i32 * 8);
+            }
+            self.local.insert(i, v);
+        }
+    }
+
+    /// `count` iterations of the body `start..start + period`: iteration `j` computes the
+    /// nodes `start + k + j·period`, reading each operand at its affine address.
+    fn repeat(&mut self, start: u32, period: u32, count: u32, operands: &[Vec<Affine>]) {
+        let header = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(header, &[zero.into()]);
+        self.b.switch_to_block(header);
+        let j = self.b.block_params(header)[0];
+        // `slots + 8·stride·j`, once per stride the body uses.
+        let mut bases: HashMap<i64, CValue> = HashMap::new();
+        let mut base = |e: &mut Self, stride: i64| -> CValue {
+            *bases.entry(stride).or_insert_with(|| {
+                if stride == 0 {
+                    e.slots()
+                } else {
+                    let off = e.b.ins().imul_imm_s(j, stride * 8);
+                    let off = if e.ptr == types::I64 { off } else { e.b.ins().ireduce(e.ptr, off) };
+                    let slots = e.slots();
+                    e.b.ins().iadd(slots, off)
+                }
+            })
+        };
+        let mut body: Vec<Option<CValue>> = vec![None; period as usize];
+        for (k, ops) in operands.iter().enumerate() {
+            let i = start + k as u32;
+            let Node::Apply(op, _) = &self.p.nodes[i as usize] else { continue };
+            let mut xs = Vec::with_capacity(ops.len());
+            for o in ops {
+                let reg = match loop_read(self.p, self.straight, self.f, start, period, i, o) {
+                    Read::Memory => None,
+                    Read::Reg if o.stride == 0 => self.local.get(&o.base).copied(),
+                    Read::Reg => body[(o.base - start) as usize],
+                };
+                let v = match reg {
+                    Some(v) => v,
+                    None => {
+                        let at = base(self, o.stride);
+                        self.load(at, o.base)
+                    }
+                };
+                xs.push(v);
+            }
+            let v = self.op(op, &xs);
+            if self.stored[i as usize] {
+                let at = base(self, period as i64);
+                self.b.ins().store(MemFlagsData::trusted(), v, at, i as i32 * 8);
+            }
+            body[k] = Some(v);
+        }
+        let next = self.b.ins().iadd_imm_s(j, 1);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, next, count as i64);
+        self.b.ins().brif(more, header, &[next.into()], exit, &[]);
+        self.b.switch_to_block(exit);
+    }
+
+    fn constant(&mut self, x: f64) -> CValue {
+        self.b.ins().f64const(x)
+    }
+
+    fn op(&mut self, op: &Op, xs: &[CValue]) -> CValue {
+        match (op, xs) {
+            (Op::Bin(Prim::Add), &[x, y]) => self.b.ins().fadd(x, y),
+            (Op::Bin(Prim::Sub), &[x, y]) => self.b.ins().fsub(x, y),
+            (Op::Bin(Prim::Mul), &[x, y]) => self.b.ins().fmul(x, y),
+            (Op::Bin(Prim::Div), &[x, y]) => self.b.ins().fdiv(x, y),
+            (Op::Bin(_), &[x, y]) => {
+                let f = self.b.ins().iconst(self.ptr, pow_call as *const () as i64);
+                let call = self.b.ins().call_indirect(self.pow, f, &[x, y]);
+                self.b.inst_results(call)[0]
+            }
+            (Op::Un(Un::Neg), &[x]) => self.b.ins().fneg(x),
+            (Op::Un(Un::Abs), &[x]) => self.b.ins().fabs(x),
+            (Op::Un(Un::Sqrt), &[x]) => self.b.ins().sqrt(x),
+            (Op::Un(u), &[x]) => {
+                let code = UNARY.iter().position(|v| v == u).unwrap_or_default();
+                let code = self.b.ins().iconst(types::I32, code as i64);
+                let f = self.b.ins().iconst(self.ptr, un_call as *const () as i64);
+                let call = self.b.ins().call_indirect(self.un, f, &[code, x]);
+                self.b.inst_results(call)[0]
+            }
+            // The masks, as exec::apply decides them on Floats (NaN compares false).
+            (Op::T(TOp::Step), &[x]) => self.pick(FloatCC::GreaterThan, x, 1.0, 0.0),
+            (Op::T(TOp::Sign), &[x]) => self.pick(FloatCC::GreaterThanOrEqual, x, 1.0, -1.0),
+            (Op::T(_), &[x, mask]) => {
+                let zero = self.constant(0.0);
+                let on = self.b.ins().fcmp(FloatCC::GreaterThan, mask, zero);
+                self.b.ins().select(on, x, zero)
+            }
+            _ => unreachable!("is_native admits only these operations"),
+        }
+    }
+
+    /// `yes` where `x cc 0`, else `no`.
+    fn pick(&mut self, cc: FloatCC, x: CValue, yes: f64, no: f64) -> CValue {
+        let zero = self.constant(0.0);
+        let test = self.b.ins().fcmp(cc, x, zero);
+        let (yes, no) = (self.constant(yes), self.constant(no));
+        self.b.ins().select(test, yes, no)
+    }
+}
