@@ -254,6 +254,13 @@ fn gpu_unary_math() {
         Case { name: "tanh", tol: E, code: "let () = pt (tanh (x * 3.0))" },
         Case { name: "tanh saturated", tol: E, code: "let () = pt (tanh (x * 40.0))" },
         Case { name: "sigmoid", tol: E, code: "let () = pt (sigmoid (x * 4.0))" },
+        // Every branch of the shader's erf: |x| below 0.84375, 1.25, 1/0.35 and 6, and beyond.
+        Case { name: "erf", tol: E, code: "let () = (pt (erf x); pt (erf (x * 3.0)); pt (erf (x * 8.0)))" },
+        Case {
+            name: "erf special values",
+            tol: E,
+            code: "let () = pt (erf (tensor [0.0, -0.0, 1.0e-30, -1.0e-9, 0.84375, -1.25, 2.857143, 5.999, 6.0, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0]))",
+        },
         Case { name: "relu", tol: E, code: "let () = pt (relu x)" },
         Case { name: "abs", tol: E, code: "let () = pt (abs x)" },
         Case { name: "clip", tol: E, code: "let () = pt (tree_clip (-0.5) 0.5 x)" },
@@ -376,6 +383,7 @@ fn gpu_gradients_of_every_rule() {
         Case { name: "d sqrt", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sqrt a * y)) pos)" },
         Case { name: "d tanh", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (tanh a * y)) x)" },
         Case { name: "d sigmoid", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sigmoid a * y)) x)" },
+        Case { name: "d erf", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (erf a * y)) x)" },
         Case { name: "d relu", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (relu a * y)) x)" },
         Case { name: "d abs", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (abs a * y)) x)" },
         Case { name: "d matmul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * k29)) (x, w) in (pt a; pt b)" },

@@ -178,7 +178,7 @@ pub fn accumulate(dst: &wgpu::Buffer, src: &GpuTensor) -> TResult<()> {
     g.dispatch(&p, &[(0, &prm), (1, src.raw()), (3, dst)], groups(n, 256))
 }
 
-/// What `unary.wgsl` computes: the math functions (codes 0–10, `Un`'s discriminants) and
+/// What `unary.wgsl` computes: the math functions (codes 0–11, `Un`'s discriminants) and
 /// four of the backend's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
@@ -198,10 +198,10 @@ impl UnOp {
     fn code(self) -> u32 {
         match self {
             UnOp::Math(u) => u as u32,
-            UnOp::Step => 11,
-            UnOp::Sign => 12,
-            UnOp::Clamp => 13,
-            UnOp::LogPos => 14,
+            UnOp::Step => 12,
+            UnOp::Sign => 13,
+            UnOp::Clamp => 14,
+            UnOp::LogPos => 15,
         }
     }
 }
