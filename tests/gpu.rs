@@ -254,6 +254,13 @@ fn gpu_unary_math() {
         Case { name: "tanh", tol: E, code: "let () = pt (tanh (x * 3.0))" },
         Case { name: "tanh saturated", tol: E, code: "let () = pt (tanh (x * 40.0))" },
         Case { name: "sigmoid", tol: E, code: "let () = pt (sigmoid (x * 4.0))" },
+        // Every branch of the shader's erf: |x| below 0.84375, 1.25, 1/0.35 and 6, and beyond.
+        Case { name: "erf", tol: E, code: "let () = (pt (erf x); pt (erf (x * 3.0)); pt (erf (x * 8.0)))" },
+        Case {
+            name: "erf special values",
+            tol: E,
+            code: "let () = pt (erf (tensor [0.0, -0.0, 1.0e-30, -1.0e-9, 0.84375, -1.25, 2.857143, 5.999, 6.0, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0]))",
+        },
         Case { name: "relu", tol: E, code: "let () = pt (relu x)" },
         Case { name: "abs", tol: E, code: "let () = pt (abs x)" },
         Case { name: "clip", tol: E, code: "let () = pt (tree_clip (-0.5) 0.5 x)" },
@@ -376,6 +383,7 @@ fn gpu_gradients_of_every_rule() {
         Case { name: "d sqrt", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sqrt a * y)) pos)" },
         Case { name: "d tanh", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (tanh a * y)) x)" },
         Case { name: "d sigmoid", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (sigmoid a * y)) x)" },
+        Case { name: "d erf", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (erf a * y)) x)" },
         Case { name: "d relu", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (relu a * y)) x)" },
         Case { name: "d abs", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (abs a * y)) x)" },
         Case { name: "d matmul", tol: R, code: "let () = let (a, b) = grad (fun (a, b) -> sum (a @ b * k29)) (x, w) in (pt a; pt b)" },
@@ -796,14 +804,44 @@ fn gpu_masks_reductions_and_indexing() {
     ]);
 }
 
-/// `gather`'s indices are int64, which no GPU holds: a GPU tensor is refused in words.
+/// `gather` from a GPU tensor (its int64 indices stay on the CPU, made there even under
+/// `--device gpu`) and its adjoint, the scatter-add, with repeated, negative and unused
+/// indices, on every axis, with index tensors of rank 0 to 2 and none at all; `nn.embedding`
+/// and its gradient in a training step. Then the indices' errors.
 #[test]
-fn gpu_gather_is_a_clear_error() {
+fn gpu_gather_and_its_scatter_add() {
+    check(&[
+        Case { name: "gather axis 0", tol: E, code: "let () = pt (gather x (tensor [3, 0, 36, -1, 3]) 0)" },
+        Case { name: "gather axis 1", tol: E, code: "let () = pt (gather x (tensor [[52, 1], [-53, 7], [1, 1]]) 1)" },
+        Case { name: "gather rank 3, middle axis", tol: E, code: "let () = (pt (gather x3 (tensor [2, 2, 0]) 1); pt (gather x3 (tensor [[6]]) (-1)))" },
+        Case { name: "gather rank 0 indices and none", tol: E, code: "let () = (pt (gather x3 (tensor 1) 0); pt (gather x (randint (key 1) 0 53 [0]) 1))" },
+        Case {
+            name: "scatter-add (grad of gather)",
+            tol: E,
+            code: "let () = (pt (grad (fun t -> sum (gather t (tensor [3, 0, 3, -1, 3]) 0 * randn 40 [5, 53])) x); pt (grad (fun t -> sum (sin (gather t (tensor [[6, 0], [6, 6]]) 2))) x3); pt (grad (fun t -> sum (gather t (randint (key 1) 0 53 [0]) 1)) x))",
+        },
+        Case {
+            name: "jvp and second order through gather",
+            tol: R,
+            code: "let () = (pt (snd (jvp (fun t -> gather (t * t) (tensor [1, 1, 4]) 1) x dx)); pt (grad (fun t -> sum (grad (fun u -> sum (sin (gather u (tensor [2, 2, 0]) 0))) t * x3)) x3))",
+        },
+        Case {
+            name: "embedding training step",
+            tol: R,
+            code: "let () = let table = randn 41 [11, 6] in let ids = tensor [[1, 4, 4], [10, 0, 4]] in let g = grad (fun t -> sum (sin (nn.embedding t ids @ randn 42 [6, 3]))) table in pt (table - 0.1 * g)",
+        },
+    ]);
     if !gpu() {
         return;
     }
-    let r = dp("cpu", "let () = println (gather (to_device \"gpu\" (ones [2, 3])) (tensor [0]) 0)\n");
-    assert!(!r.ok && r.stderr.contains("`gather` runs on the CPU only"), "{}", r.stderr);
+    let bad_index = dp("gpu", "let () = println (to_list (gather (ones [2, 3]) (tensor [0, 3]) 1))\n");
+    assert!(!bad_index.ok && bad_index.stderr.contains("index 3 is out of range for axis 1"), "{}", bad_index.stderr);
+    let float_indices = dp("gpu", "let () = println (to_list (gather (ones [2, 3]) (tensor [0.0]) 1))\n");
+    assert!(
+        !float_indices.ok && float_indices.stderr.contains("the indices must be an int64 tensor"),
+        "{}",
+        float_indices.stderr
+    );
 }
 // Batched products, einsum, strided and padded convolutions, average pooling (issue 14): the
 // batched WGSL product (one dispatch, the batch on the grid's z axis), its broadcast operands,

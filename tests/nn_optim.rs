@@ -1,9 +1,9 @@
 //! The model-building part of the standard library (LANGUAGE.md "Standard library": `nn.gelu`,
-//! `nn.layer_norm`, `nn.attention`, `nn.embedding`, `nn.dropout`, `optim.adamw`,
-//! `optim.cosine_schedule`, `optim.linear_warmup`) against independent oracles:
+//! `nn.gelu_exact`, `nn.layer_norm`, `nn.attention`, `nn.embedding`, `nn.dropout`,
+//! `optim.adamw`, `optim.cosine_schedule`, `optim.linear_warmup`) against independent oracles:
 //! - values against NumPy written from the definitions (PyTorch's `LayerNorm` and `AdamW`
-//!   algorithms as their documentation states them), `jax.nn.gelu` and `jax.random.bernoulli`
-//!   (dropout's mask), in float64;
+//!   algorithms as their documentation states them), `jax.nn.gelu` (both forms) and
+//!   `jax.random.bernoulli` (dropout's mask), in float64;
 //! - gradients in float64 against central finite differences of the NumPy functions, of
 //!   `L x = sum (sin (f x))`, including attention with a query row that is masked everywhere.
 //!
@@ -68,6 +68,8 @@ mask = np.array([[1, 0, 1, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], dtype=bool)
 ids = np.array([[1, 4], [1, 0], [3, 3]])
 def gelu(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+def gelu_exact(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
 def layer_norm(g, b, x):
     mu = x.mean(-1, keepdims=True)
     return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
@@ -92,6 +94,8 @@ fn python(body: &str, what: &str, modules: &[&str]) -> Option<Vec<String>> {
 const VALUES: &[(&str, &str)] = &[
     ("nn.gelu x", "jax.nn.gelu(jnp.asarray(x), approximate=True)"),
     ("nn.gelu (x * 4.0)", "gelu(x * 4)"),
+    ("nn.gelu_exact x", "jax.nn.gelu(jnp.asarray(x), approximate=False)"),
+    ("nn.gelu_exact (x * 4.0)", "jax.nn.gelu(jnp.asarray(x * 4), approximate=False)"),
     ("nn.layer_norm { g = g, b = b } x", "layer_norm(g, b, x)"),
     ("nn.layer_norm (nn.layer_norm_init 4) (x * 100.0)", "layer_norm(1.0, 0.0, x * 100)"),
     ("nn.attention q k v mask", "attention(q, k, v, mask)"),
@@ -154,6 +158,7 @@ fn nn_shapes_and_the_empty_attention_row() {
 /// (dp function of `x` giving a Tensor, the same in NumPy, the input's name).
 const GRADS: &[(&str, &str, &str)] = &[
     ("nn.gelu (x * 3.0)", "gelu(x * 3)", "x"),
+    ("nn.gelu_exact (x * 3.0)", "gelu_exact(x * 3)", "x"),
     ("nn.layer_norm { g = g, b = b } x", "layer_norm(g, b, x)", "x"),
     ("nn.layer_norm { g = x, b = b } (q * q)", "layer_norm(x, b, q * q)", "g"),
     ("nn.layer_norm { g = g, b = x * x } q", "layer_norm(g, x * x, q)", "b"),

@@ -33,7 +33,13 @@ def helpers(np):
     def log_softmax_axis(x, a):
         s = x - np.max(x, axis=a, keepdims=True)
         return s - np.log(np.sum(np.exp(s), axis=a, keepdims=True))
-    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis)
+    # NumPy has no erf: Python's, elementwise; JAX's own under JAX (for second order).
+    if np is numpy:
+        import math
+        erf = numpy.vectorize(math.erf)
+    else:
+        from jax.scipy.special import erf
+    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis, erf=erf)
 np = numpy
 x = np.array([[0.5, -1.25, 2.0], [1.75, -0.25, 3.0]])
 y = np.array([1.0, -0.5, 2.5])
@@ -150,6 +156,7 @@ const GRADS: &[(&str, &str)] = &[
     ("gather x (tensor [[2, 0], [2, 2]]) 1 * 1.5", "np.take(x, np.array([[2, 0], [2, 2]]), axis=1) * 1.5"),
     ("gather (x * x) (tensor [1, 1, 0]) 0", "np.take(x * x, np.array([1, 1, 0]), axis=0)"),
     ("z + get x [1, -1] * get x [0, 1]", "z + x[1, -1] * x[0, 1]"),
+    ("erf (x * x) * erf x + erf (y - x)", "erf(x * x) * erf(x) + erf(y - x)"),
 ];
 
 #[test]
@@ -220,4 +227,77 @@ fn tensor_ops_ties_split_as_jax_does() {
         got,
         ["[0.5, 1.0, 0.0]", "[0.0, 0.5, 1.0, 0.5, 0.0]", "[0.0, 0.5]", "[0.0, 0.5, 0.5, 1.0, 0.0, 0.0]", "[0.25, 0.0]",]
     );
+}
+
+/// `erf` (LANGUAGE.md "Tensors, continued") against Python's `math.erf` (C's, in float64):
+/// Floats and float64 tensors within 2 ulp of it, float32 tensors within 1 ulp of its
+/// float32 rounding (the CPU's float32 erf is its own, not float64's rounded), at inputs in
+/// every branch of the approximations, at their boundaries, in the tails where erf rounds
+/// to ±1, and at ±0, ±inf and NaN; the inputs are exact in float32, so all three paths see
+/// the same numbers. The derivative is 2/√π·exp(−x²) (tensor_ops_gradients_… checks it by
+/// finite differences and second order against JAX).
+#[test]
+fn erf_agrees_with_python_math_erf() {
+    let mut xs: Vec<f64> = (-112..=112).map(|k| k as f64 / 16.0).collect();
+    xs.extend([
+        0.84375,
+        -0.84375,
+        1.25,
+        f64::from(f32::from_bits(0x4036_db6d)), // 1/0.35 as erff splits there
+        6.0,
+        5.999_999_523_162_842,
+        3.0e-9,
+        -(2f64.powi(-30)),
+        2f64.powi(-126),
+        0.1,
+        -0.3,
+        1e-4,
+        26.0,
+    ]);
+    // Round each to float32 (so `tensor` keeps it exactly), then to the printed form.
+    let xs: Vec<f64> = xs.iter().map(|&x| x as f32 as f64).collect();
+    let list: Vec<String> = xs.iter().map(|x| format!("{x:?}")).collect();
+    let list = format!("[{}]", list.join(", "));
+    let script = format!(
+        "import math, struct\n\
+         xs = {list} + [-0.0, math.inf, -math.inf, math.nan]\n\
+         f32 = lambda v: struct.unpack('f', struct.pack('f', v))[0]\n\
+         print(' '.join(repr(math.erf(x)) for x in xs))\n\
+         print(' '.join(repr(f32(math.erf(x))) for x in xs))\n\
+         print(' '.join(repr(2 / math.sqrt(math.pi) * math.exp(-x * x)) for x in xs[:20]))\n"
+    );
+    let Some(want) = crate::python::run_lines(&["math"], "erf against math.erf", &script) else { return };
+    let src = format!(
+        "let xs = {list} ++ [-0.0, 1.0 / 0.0, -1.0 / 0.0, 0.0 / 0.0]\n\
+         let () = println (map erf xs)\n\
+         let () = println (to_list (erf (astype \"float64\" (tensor xs))))\n\
+         let () = println (to_list (erf (tensor xs)))\n\
+         let () = println (map (grad erf) (take 20 xs))\n\
+         let () = println (to_list (grad (fun t -> sum (erf t)) (astype \"float64\" (tensor (take 20 xs)))))\n\
+         let () = println (dtype (erf (tensor [1.0])), dtype (erf (tensor [1])), erf 0.5)\n"
+    );
+    let got = run_ok(&src);
+    assert_eq!(got.len(), 6, "{got:?}");
+    let (w64, w32, wd) = (numbers(&want[0]), numbers(&want[1]), numbers(&want[2]));
+    // Within `ulps` units in the last place of the wanted value's format (`eps`), NaN
+    // matching NaN and signed zeros their sign.
+    let close = |what: &str, got: &[f64], want: &[f64], eps: f64, ulps: f64| {
+        assert_eq!(got.len(), want.len(), "{what}: {got:?}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else if *w == 0.0 {
+                *g == 0.0 && g.is_sign_negative() == w.is_sign_negative()
+            } else {
+                (g - w).abs() <= ulps * eps * w.abs()
+            };
+            assert!(ok, "{what}: erf({}) is {g:e}, want {w:e}", xs.get(i).copied().unwrap_or(f64::NAN));
+        }
+    };
+    close("Float", &numbers(&got[0]), &w64, f64::EPSILON, 2.0);
+    close("float64 tensor", &numbers(&got[1]), &w64, f64::EPSILON, 2.0);
+    close("float32 tensor", &numbers(&got[2]), &w32, f32::EPSILON as f64, 1.0);
+    close("d erf, Float", &numbers(&got[3]), &wd, f64::EPSILON, 4.0);
+    close("d erf, float64 tensor", &numbers(&got[4]), &wd, f64::EPSILON, 4.0);
+    assert!(got[5].starts_with(r#"("float32", "float32", 0.5204998778130465"#), "{}", got[5]);
 }

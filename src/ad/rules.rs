@@ -35,6 +35,12 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
             let yy = m.prim2(Prim::Mul, y.clone(), y)?;
             m.prim2(Prim::Sub, f(1.0), yy)?
         }
+        Un::Erf => {
+            let xx = m.prim2(Prim::Mul, x.clone(), x)?;
+            let neg = m.prim1(Prim::Neg, xx)?;
+            let e = super::apply_un(m, Un::Exp, neg)?;
+            m.prim2(Prim::Mul, f(std::f64::consts::FRAC_2_SQRT_PI), e)?
+        }
         Un::Sigmoid => {
             let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
             m.prim2(Prim::Mul, y, one_minus)?

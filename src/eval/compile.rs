@@ -23,6 +23,7 @@ fn inline_builtin(i: u32) -> Option<Op> {
         B::Sqrt => Op::Math(Un::Sqrt),
         B::Tanh => Op::Math(Un::Tanh),
         B::Sigmoid => Op::Math(Un::Sigmoid),
+        B::Erf => Op::Math(Un::Erf),
         B::Relu => Op::Math(Un::Relu),
         _ => return None,
     })

@@ -1212,6 +1212,7 @@ impl Machine {
             B::Sqrt => self.math(Un::Sqrt, arg())?,
             B::Tanh => self.math(Un::Tanh, arg())?,
             B::Sigmoid => self.math(Un::Sigmoid, arg())?,
+            B::Erf => self.math(Un::Erf, arg())?,
             B::Relu => self.math(Un::Relu, arg())?,
             B::Abs => match arg() {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
@@ -1302,6 +1303,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::Sqrt
             | B::Tanh
             | B::Sigmoid
+            | B::Erf
             | B::Relu
             | B::Abs
             | B::Shape

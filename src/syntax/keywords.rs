@@ -58,6 +58,7 @@ pub const BUILTINS: &[&str] = &[
     "sqrt",
     "tanh",
     "sigmoid",
+    "erf",
     "relu",
     "abs",
     "floor",

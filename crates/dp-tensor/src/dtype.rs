@@ -122,6 +122,8 @@ impl Real for f32 {
             Un::Exp => crate::cpu::vmath::exp(x),
             Un::Tanh => crate::cpu::vmath::tanh(x),
             Un::Sigmoid => crate::cpu::vmath::sigmoid(x),
+            // Float32's own (musl's erff, under an ulp), not f64's rounded: no f64 round trip.
+            Un::Erf => libm::erff(x),
             _ => op.eval(x),
         }
     }

@@ -234,7 +234,9 @@ impl Tensor {
     }
     /// Where construction builtins put a new tensor: on the default device (`--device`).
     pub fn place(self) -> TResult<Tensor> {
-        if !self.is_gpu() && gpu::default_is_gpu()? {
+        // int64 tensors stay on the CPU: the GPU holds float32 only, and their use there is as
+        // `gather`'s indices, which are read on the host.
+        if !self.is_gpu() && self.dtype() != DType::I64 && gpu::default_is_gpu()? {
             return self.to_device(Device::Gpu);
         }
         Ok(self)

@@ -20,6 +20,7 @@ pub enum Un {
     Sigmoid = 8,
     Relu = 9,
     Abs = 10,
+    Erf = 11,
 }
 
 impl Un {
@@ -46,6 +47,12 @@ impl Un {
                 }
             }
             Un::Abs => x.abs(),
+            // num_traits has no erf: libm's (FreeBSD's, musl's), under an ulp in float64.
+            // (float32 tensor elements take its `erff` instead: `Real::un`.)
+            Un::Erf => match x.to_f64() {
+                Some(v) => F::from(libm::erf(v)).unwrap_or_else(F::nan),
+                None => F::nan(),
+            },
         }
     }
 }

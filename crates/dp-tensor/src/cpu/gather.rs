@@ -1,7 +1,8 @@
 //! Indexing by an int64 tensor (`TOp::Gather`, NumPy's `take` along an axis) and its
 //! adjoint, the scatter-add (`TOp::ScatterAdd`). Indices count from the end when negative,
 //! as NumPy's; one out of range is the program's error. The indices stay on the CPU (no GPU
-//! holds int64), so these run on the CPU only, and a GPU tensor is refused clearly.
+//! holds int64): they are checked here, and a GPU tensor is gathered from (or scattered into)
+//! by the GPU's kernels at the positions they name.
 
 use crate::op::TOp;
 use crate::{fmt_shape, Real, Storage, TResult, Tensor, TensorError};
@@ -48,9 +49,11 @@ pub fn forward(op: &TOp, axis: usize, args: &[&Tensor]) -> TResult<Storage> {
     let [t, indices] = args else {
         return Err(TensorError::internal(format!("{} takes two operands", op.name())));
     };
-    if t.is_gpu() || indices.is_gpu() {
-        return Err(TensorError::new("`gather` runs on the CPU only (its int64 indices have no GPU dtype)")
-            .help("move the tensor with `to_device \"cpu\" t` first"));
+    if indices.is_gpu() {
+        return Err(TensorError::new(
+            "gather: the indices must be an int64 tensor, which stays on the CPU; these are a float32 GPU tensor",
+        )
+        .help("convert them with `astype \"int64\" (to_device \"cpu\" i)`"));
     }
     let Some(ix) = indices.i64s() else {
         return Err(TensorError::new(format!(
@@ -67,13 +70,14 @@ pub fn forward(op: &TOp, axis: usize, args: &[&Tensor]) -> TResult<Storage> {
                 Storage::F64(a) => Storage::F64(take(a, axis, &pos, ix.shape())?),
                 Storage::I64(a) => Storage::I64(take(a, axis, &pos, ix.shape())?),
                 Storage::Bool(a) => Storage::Bool(take(a, axis, &pos, ix.shape())?),
-                Storage::Gpu(_) => return Err(TensorError::internal("a GPU tensor past the check")),
+                Storage::Gpu(g) => Storage::Gpu(crate::gpu::kernels::gather(g, axis, &pos, ix.shape())?),
             })
         }
         TOp::ScatterAdd(_, shape) => {
             let pos = positions(ix, shape[axis], shape, axis)?;
             Ok(match &t.storage {
                 Storage::F64(a) => Storage::F64(scatter_add(a, axis, &pos, shape)?),
+                Storage::Gpu(g) => Storage::Gpu(crate::gpu::kernels::scatter_add(g, axis, &pos, shape)?),
                 _ => {
                     let g = t.astype(crate::DType::F32)?;
                     let a = g.cpu().ok_or_else(|| TensorError::internal("scatter-add: not float32"))?;

@@ -49,7 +49,10 @@ pub fn for_each_product(items: usize, flops_each: f64, work: &(dyn Fn(usize, boo
         }
         return;
     }
-    let chunks = want.min(items);
+    // Several chunks per thread, claimed as threads come free: on a loaded machine a thread
+    // that the scheduler holds back does less of the batch, instead of the whole batch
+    // waiting for its fixed share (one claim is an atomic add, against ≥ 10⁵ flops of work).
+    let chunks = items.min(want * CHUNKS_PER_THREAD);
     // SAFETY: only the lifetime is erased. `pool::run` calls `work` only for claimed chunks and
     // returns only once every claimed chunk has finished (see `pool::Claims`), so no call
     // outlives this borrow; a worker that keeps the job afterwards finds nothing to claim.
@@ -75,6 +78,9 @@ pub fn gemv(alpha: f32, a: ArrayView2<f32>, x: ArrayView1<f32>, beta: f32, y: Ar
 // ---------------------------------------------------------------------------------------------
 // Configuration
 // ---------------------------------------------------------------------------------------------
+
+/// How many chunks of a batch of products each thread may claim (`for_each_product`).
+const CHUNKS_PER_THREAD: usize = 8;
 
 /// From this many flops (2mnk) on, a product is split over the threads that are awake (still
 /// polling after an earlier product, which costs the caller well under a microsecond)...

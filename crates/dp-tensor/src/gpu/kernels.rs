@@ -34,6 +34,8 @@ pub const ENTRY_POINTS: &[((&str, &str), &str)] = &[
     (SOFTMAX, "softmax"),
     (LAYOUT, "strided_copy"),
     (LAYOUT, "cumsum"),
+    (LAYOUT, "gather"),
+    (LAYOUT, "scatter_add"),
     (CONV, "conv2d"),
     (CONV, "conv2d_dx"),
     (CONV, "conv2d_dw"),
@@ -178,7 +180,7 @@ pub fn accumulate(dst: &wgpu::Buffer, src: &GpuTensor) -> TResult<()> {
     g.dispatch(&p, &[(0, &prm), (1, src.raw()), (3, dst)], groups(n, 256))
 }
 
-/// What `unary.wgsl` computes: the math functions (codes 0–10, `Un`'s discriminants) and
+/// What `unary.wgsl` computes: the math functions (codes 0–11, `Un`'s discriminants) and
 /// four of the backend's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnOp {
@@ -198,10 +200,10 @@ impl UnOp {
     fn code(self) -> u32 {
         match self {
             UnOp::Math(u) => u as u32,
-            UnOp::Step => 11,
-            UnOp::Sign => 12,
-            UnOp::Clamp => 13,
-            UnOp::LogPos => 14,
+            UnOp::Step => 12,
+            UnOp::Sign => 13,
+            UnOp::Clamp => 14,
+            UnOp::LogPos => 15,
         }
     }
 }
@@ -587,6 +589,83 @@ pub fn cumsum(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
     let p = pipe(g, LAYOUT, "cumsum")?;
     let prm = g.meta(&[u32_of(lines, "a tensor's size")?, u32_of(n, "a dimension")?, u32_of(inner, "a dimension")?]);
     g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(lines, 256))?;
+    Ok(out)
+}
+
+/// NumPy's `take(x, indices, axis)` at `pos`, the indices' positions along `axis` (checked in
+/// range by the caller), `ishape` the indices' shape.
+pub fn gather(x: &GpuTensor, axis: usize, pos: &[usize], ishape: &[usize]) -> TResult<GpuTensor> {
+    let g = context()?;
+    let shape: Vec<usize> = x.shape[..axis].iter().chain(ishape).chain(&x.shape[axis + 1..]).copied().collect();
+    let out = new_output(g, shape)?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut prm = Vec::with_capacity(4 + pos.len());
+    prm.extend([
+        u32_of(n, "a tensor's size")?,
+        u32_of(pos.len(), "the number of indices")?,
+        u32_of(inner, "a dimension")?,
+        u32_of(x.shape[axis], "a dimension")?,
+    ]);
+    for &p in pos {
+        prm.push(u32_of(p, "an index")?);
+    }
+    let p = pipe(g, LAYOUT, "gather")?;
+    let prm = g.meta(&prm);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(n, 256))?;
+    Ok(out)
+}
+
+/// The adjoint of `gather`: zeros of `shape` with each slice of `gr` (laid out as gather's
+/// result) added at its position in `pos` along `axis`.
+pub fn scatter_add(gr: &GpuTensor, axis: usize, pos: &[usize], shape: &[usize]) -> TResult<GpuTensor> {
+    let g = context()?;
+    let dim = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    if gr.len() != outer * pos.len() * inner {
+        return Err(crate::TensorError::internal(format!(
+            "a scatter-add of {} into {} along axis {axis} at {} positions",
+            fmt_shape(&gr.shape),
+            fmt_shape(shape),
+            pos.len()
+        )));
+    }
+    let n: usize = shape.iter().product();
+    if n == 0 || gr.is_empty() {
+        return full(shape, 0.0);
+    }
+    let out = new_output(g, shape.to_vec())?;
+    // The k of each position, grouped by position and increasing within a group (a counting
+    // sort): `start[j]..start[j + 1]` of `ks` are position j's.
+    let mut start = vec![0u32; dim + 1];
+    for &p in pos {
+        start[p + 1] += 1;
+    }
+    for j in 0..dim {
+        start[j + 1] += start[j];
+    }
+    let mut next = start.clone();
+    let mut ks = vec![0u32; pos.len()];
+    for (k, &p) in pos.iter().enumerate() {
+        ks[next[p] as usize] = u32_of(k, "an index")?;
+        next[p] += 1;
+    }
+    let mut prm = Vec::with_capacity(5 + dim + pos.len());
+    prm.extend([
+        u32_of(n, "a tensor's size")?,
+        u32_of(pos.len(), "the number of indices")?,
+        u32_of(inner, "a dimension")?,
+        u32_of(dim, "a dimension")?,
+    ]);
+    prm.extend(start);
+    prm.extend(ks);
+    let p = pipe(g, LAYOUT, "scatter_add")?;
+    let prm = g.meta(&prm);
+    g.dispatch(&p, &[(0, &prm), (1, gr.raw()), (2, out.raw())], groups(n, 256))?;
     Ok(out)
 }
 

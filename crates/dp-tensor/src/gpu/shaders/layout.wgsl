@@ -50,3 +50,49 @@ fn cumsum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         dst[base + j * inner] = acc;
     }
 }
+
+// `gather` (NumPy's `take` along an axis): dst[o, k, r] = src[o, pos[k], r], o over the axes
+// before the axis, k over the indices, r over the axes after it; one thread per element. The
+// positions come checked and made non-negative from the host, where the int64 indices live.
+// prm: [n, number of indices, inner (the product of the axes after), the axis's length, pos…]
+@compute @workgroup_size(256)
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= prm[0]) {
+        return;
+    }
+    let nidx = prm[1];
+    let inner = prm[2];
+    let r = i % inner;
+    let k = (i / inner) % nidx;
+    let o = i / (inner * nidx);
+    dst[i] = src[(o * prm[3] + prm[4u + k]) * inner + r];
+}
+
+// `scatter_add`, gather's adjoint: dst[o, j, r] = Σ src[o, k, r] over the k with pos[k] = j.
+// WGSL has no float atomics, so rather than each source element adding itself, each output
+// element sums its own list of k (grouped by position on the host), in increasing k: the
+// CPU's order, so the two devices give the same bits.
+// prm: [n, number of indices, inner, the axis's length (d), start[d + 1], ks…], the k of
+// position j being ks[start[j]..start[j + 1]]
+@compute @workgroup_size(256)
+fn scatter_add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= prm[0]) {
+        return;
+    }
+    let nidx = prm[1];
+    let inner = prm[2];
+    let d = prm[3];
+    let r = i % inner;
+    let j = (i / inner) % d;
+    let o = i / (inner * d);
+    let ks = 5u + d;
+    var acc = 0.0;
+    for (var s = prm[4u + j]; s < prm[5u + j]; s = s + 1u) {
+        acc = acc + src[(o * nidx + prm[ks + s]) * inner + r];
+    }
+    dst[i] = acc;
+}
