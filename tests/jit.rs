@@ -234,7 +234,7 @@ fn native_code_agrees_with_the_executor() {
                \x20 let s = sum (t * x) in\n\
                \x20 let rec go i acc = if i == 0 then acc else go (i - 1) (relu (acc - 0.3) + abs (sin acc * x) ** 1.5 + tanh (acc * s)) in\n\
                \x20 let y = go 12 x in\n\
-               \x20 y * exp (-(y * y)) + log (1.0 + sqrt (y * y)) + sigmoid y + cos y * tan (y * 0.1) - (-y) / 3.0 + sum (t * y)\n\
+               \x20 y * exp (-(y * y)) + log (1.0 + sqrt (y * y)) + sigmoid y + erf y + cos y * tan (y * 0.1) - (-y) / 3.0 + sum (t * y)\n\
                let j = jit (value_and_grad g)\n\
                let t = tensor [0.5, -1.5, 2.0]\n\
                let () = println (j (0.7, t))\n\
