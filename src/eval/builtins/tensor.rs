@@ -287,7 +287,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             ad::tensor::call(m, TOp::MaxPool2d(k), vec![arg()])?
         }
         B::Argmax => {
-            let t = arg().as_tensor()?;
+            let t = arg();
+            if let Value::Batched(_) = strip(&t) {
+                return ad::batch::arg_extreme(m, &t, false);
+            }
+            let t = t.as_tensor()?;
             match t.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
