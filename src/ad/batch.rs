@@ -165,7 +165,8 @@ fn int_scalar(n: i64) -> FResult<Value> {
 /// operation does per element, so they are refused rather than answered as floats.
 fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Value> {
     if !matches!(p, Prim::Add | Prim::Sub | Prim::Mul) {
-        return Err(Fault::unbatched(&format!("{} on Ints", symbol(p))));
+        return Err(Fault::unbatched(symbol(p))
+            .help("Int `/` and `%` truncate and fail on a zero divisor, which no tensor operation does per element; compute on Floats (`float i`) and convert back with `int`"));
     }
     let operand = |m: &mut H, v: At| -> FResult<Value> {
         match v {

@@ -1145,6 +1145,8 @@ impl Machine {
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if is_ad(&a) || is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
+            // `%` of an Int batched by `vmap`: its batching rule says what it does.
+            (Prim::Rem, Batched(_), _) | (Prim::Rem, _, Batched(_)) => return ad::binary(self, p, a, b),
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Staged(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_)) => {
                 return self.jit.binary(p, a, b)
