@@ -449,6 +449,26 @@ pub fn arg_extreme<H: Host>(m: &mut H, x: &Value, min: bool) -> FResult<Value> {
     Ok(batched(tag, call(m, TOp::AsType(DType::I64), vec![at])?, 0, Example::Int))
 }
 
+/// `row t i` with `i` a batch of Ints: each example's row — one `gather` along axis 0 with
+/// the examples' indices (the tensor batched or not), differentiable in `t` as `row` is. An
+/// index `row` would refuse is its error.
+pub fn row_at<H: Host>(m: &mut H, t: Value, i: &Value) -> FResult<Value> {
+    let (tag, ix) = read_batch(m, i, "row")?;
+    let At::Batch(v, axis, Example::Int) = ix else { return Err(Fault::unbatched("row")) };
+    let shape = shape_of(&t);
+    let values = super::underlying(&v).and_then(|u| u.i64s().map(|a| a.iter().copied().collect::<Vec<_>>()));
+    let Some(values) = values else { return Err(Fault::unbatched("row")) };
+    if let Some(&n) = values.iter().find(|&&n| n < 0) {
+        return Err(Fault::new(format!("a row index must not be negative (got {n})")));
+    }
+    if let Some(&n) = values.iter().find(|&&n| shape.len() < 2 || n as usize >= shape[0]) {
+        return Err(Fault::new(format!("row {n} of a tensor of shape {}", crate::tensor::fmt_shape(&shape))));
+    }
+    // The Ints as 0-d int64 examples: a `gather` with them drops the row axis, as `row` does.
+    let idx = batched(tag, v, axis, Example::Tensor);
+    call(m, TOp::Gather(0), vec![t, idx])
+}
+
 /// `any x` (`all x` with `all`) for a batch of tensors: a batch of Bools, from how many of
 /// each example's elements are nonzero (NaN is, as `any` counts it) or zero.
 pub fn any_all<H: Host>(m: &mut H, x: &Value, all: bool) -> FResult<Value> {
