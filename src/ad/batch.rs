@@ -131,6 +131,55 @@ fn dtype_under(v: &Value) -> DType {
     }
 }
 
+/// Whether one example of the operand is an Int.
+fn is_int(a: &At) -> bool {
+    matches!(a, At::Batch(_, _, Example::Int) | At::Plain(Value::Int(_)))
+}
+
+/// An operator as written, for errors.
+fn symbol(p: Prim) -> &'static str {
+    match p {
+        Prim::Add => "+",
+        Prim::Sub => "-",
+        Prim::Mul => "*",
+        Prim::Div => "/",
+        Prim::Rem => "%",
+        Prim::Pow => "**",
+        Prim::Eq => "==",
+        Prim::Ne => "!=",
+        Prim::Lt => "<",
+        Prim::Le => "<=",
+        Prim::Gt => ">",
+        _ => ">=",
+    }
+}
+
+/// A plain Int as a 0-d int64 tensor (Int batches are int64 stacks, on the CPU: no GPU dtype
+/// holds int64).
+fn int_scalar(n: i64) -> FResult<Value> {
+    Ok(crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(&[], vec![n])?))
+}
+
+/// Int arithmetic with an operand an Int batch: `+ - *` wrap, as Int arithmetic does, and so
+/// do int64 tensors'. Int `/` and `%` truncate and refuse a zero divisor, which no tensor
+/// operation does per element, so they are refused rather than answered as floats.
+fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Value> {
+    if !matches!(p, Prim::Add | Prim::Sub | Prim::Mul) {
+        return Err(Fault::unbatched(symbol(p))
+            .help("Int `/` and `%` truncate and fail on a zero divisor, which no tensor operation does per element; compute on Floats (`float i`) and convert back with `int`"));
+    }
+    let operand = |m: &mut H, v: At| -> FResult<Value> {
+        match v {
+            At::Batch(v, axis, _) => front(m, v, axis),
+            At::Plain(Value::Int(n)) => int_scalar(n),
+            At::Plain(v) => Ok(v),
+        }
+    };
+    let (x, y) = (operand(m, a)?, operand(m, b)?);
+    let out = m.prim2(p, x, y)?;
+    Ok(batched(tag, out, 0, Example::Int))
+}
+
 /// The floating dtype a batch of Floats reduced from a tensor of dtype `d` is stacked in.
 fn float_origin(d: DType) -> DType {
     if d.is_float() {
@@ -158,10 +207,19 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
         At::Plain(v) if is_tensor_example(a) => Some(dtype_under(v)),
         _ => None,
     });
+    let device = args
+        .iter()
+        .find_map(|a| match a {
+            At::Batch(v, _, _) => Some(device_of(v)),
+            At::Plain(_) => None,
+        })
+        .unwrap_or(crate::tensor::Device::Cpu);
     let kind = if tensors {
         Example::Tensor
     } else if args.iter().any(|a| matches!(a, At::Batch(_, _, Example::Bool))) {
         Example::Bool
+    } else if args.iter().any(is_int) {
+        Example::Int
     } else {
         // A Float's origin: float64 if any operand came from float64 data.
         let f64 = args.iter().any(|a| matches!(a, At::Batch(_, _, Example::Float(DType::F64))));
@@ -173,10 +231,21 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
         out.push(match a {
             At::Batch(v, axis, k) => {
                 let mut v = front(m, v, axis)?;
-                if let (Example::Float(_), true, Some(d)) = (k, tensors, tensor_dtype) {
+                if let (Example::Float(_) | Example::Int, true, Some(d)) = (k, tensors, tensor_dtype) {
                     v = call(m, TOp::AsType(d), vec![v])?;
                 }
                 lift(m, v, &shape, rank)?
+            }
+            At::Plain(v) if full && !tensors => {
+                // Beside a batch of Floats (float64), a Float is one too: 1 · v as a float64
+                // 0-d tensor (exact, and still perturbed if v is), spread over the batch.
+                let one = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
+                let one = call(m, TOp::ToDevice(device), vec![one])?;
+                let v = match v {
+                    Value::Int(n) => int_scalar(n)?,
+                    v => m.prim2(Prim::Mul, one, v)?,
+                };
+                call(m, TOp::BroadcastTo(vec![b]), vec![v])?
             }
             At::Plain(v) if full => {
                 let mut s = vec![b];
@@ -188,13 +257,7 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
                     one.extend_from_slice(&s[1..]);
                     v = call(m, TOp::Reshape(one), vec![v])?;
                 }
-                let v = call(m, TOp::BroadcastTo(s), vec![v])?;
-                if tensors {
-                    v
-                } else {
-                    // Beside a batch of Floats (float64), a Float is one too.
-                    call(m, TOp::AsType(DType::F64), vec![v])?
-                }
+                call(m, TOp::BroadcastTo(s), vec![v])?
             }
             At::Plain(v) => v,
         });
@@ -206,6 +269,9 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
 pub fn binary<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FResult<Value> {
     check_live(m, tag)?;
     let (a, b) = (at(a, tag), at(b, tag));
+    if !is_tensor_example(&a) && !is_tensor_example(&b) && (is_int(&a) || is_int(&b)) {
+        return int_arith(m, tag, p, a, b);
+    }
     // The common case of one shape of examples, batched alike: nothing to move.
     if let (At::Batch(va, xa, ka), At::Batch(vb, xb, kb)) = (&a, &b) {
         if xa == xb && ka == kb && shape_of(va) == shape_of(vb) {
@@ -245,11 +311,10 @@ pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRe
     check_live(m, tag)?;
     let (a, b) = (at(a, tag), at(b, tag));
     if is_tensor_example(&a) || is_tensor_example(&b) {
-        return Err(Fault::unbatched(match p {
-            Prim::Eq => "==",
-            Prim::Ne => "<>",
-            _ => "comparison",
-        }));
+        if !matches!(p, Prim::Eq | Prim::Ne) {
+            return Err(Fault::unbatched(symbol(p)));
+        }
+        return tensors_equal(m, tag, p == Prim::Ne, a, b);
     }
     let c = match p {
         Prim::Lt => Cmp::Less,
@@ -270,6 +335,7 @@ pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRe
         Ok(match v {
             At::Batch(v, _, _) => strip(&v),
             At::Plain(v) => match (strip(&v), &template) {
+                (Value::Int(n), _) => int_scalar(n)?,
                 (Value::Float(x), Some(t)) => crate::runtime::tensor::wrap(t.full_like(&[], x)?),
                 (other, _) => other,
             },
@@ -278,6 +344,223 @@ pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRe
     let (x, y) = (plain(a)?, plain(b)?);
     let out = m.forward(&TOp::Cmp(c), &[x, y])?;
     Ok(batched(tag, out, 0, Example::Bool))
+}
+
+/// `a == b` (`!=` with `negate`) on tensors with an operand batched at `tag`, per example as
+/// `==` compares two tensors: the same shape and equal elements (by value, whatever the
+/// dtypes). The examples of a batch share a shape, so a shape that differs is false for all.
+fn tensors_equal<H: Host>(m: &mut H, tag: u32, negate: bool, a: At, b: At) -> FResult<Value> {
+    let (sa, sb) = (example_shape(&a), example_shape(&b));
+    if sa != sb || !is_tensor_example(&a) || !is_tensor_example(&b) {
+        return Ok(Value::Bool(negate));
+    }
+    // Compared as values: perturbations are not compared, as `==` strips them.
+    let plain = |v: At| match v {
+        At::Batch(v, axis, k) => At::Batch(strip(&v), axis, k),
+        At::Plain(v) => At::Plain(strip(&v)),
+    };
+    let (parts, _) = align(m, vec![plain(a), plain(b)], true)?;
+    let n = sa.iter().product::<usize>();
+    let bsz = shape_of(&parts[0])[0];
+    let differ = call(m, TOp::Cmp(Cmp::NotEqual), parts)?;
+    let differ = call(m, TOp::AsType(DType::F32), vec![differ])?;
+    let differ = call(m, TOp::Reshape(vec![bsz, n]), vec![differ])?;
+    // How many elements differ, per example (exact in float32 below 2^24, and any count
+    // above is as nonzero).
+    let count = call(m, TOp::SumAxis(1), vec![differ])?;
+    let zero = crate::runtime::tensor::wrap(crate::tensor::Tensor::full(&[], 0.0));
+    let device = super::underlying(&count).map_or(crate::tensor::Device::Cpu, |t| t.device());
+    let zero = call(m, TOp::ToDevice(device), vec![zero])?;
+    let c = if negate { Cmp::NotEqual } else { Cmp::Equal };
+    let out = call(m, TOp::Cmp(c), vec![count, zero])?;
+    Ok(batched(tag, out, 0, Example::Bool))
+}
+
+/// An operand of a builtin that reads values (`int`, `argmax`, …), batched at its innermost
+/// level: that level's tag and the operand seen there, perturbations stripped.
+fn read_batch<H: Host>(m: &H, x: &Value, what: &str) -> FResult<(u32, At)> {
+    let x = strip(x);
+    let Value::Batched(b) = &x else { return Err(Fault::internal(format!("`{what}` of an unbatched value"))) };
+    let tag = b.tag;
+    check_live(m, tag)?;
+    Ok((tag, at(x, tag)))
+}
+
+/// The device of the tensor under a batched operand's stack.
+fn device_of(v: &Value) -> crate::tensor::Device {
+    super::underlying(v).map_or(crate::tensor::Device::Cpu, |t| t.device())
+}
+
+/// `int x` for a batch of Floats: each truncated into an Int batch; a value no Int holds is
+/// the error `int` gives for it.
+pub fn int_of<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
+    let (tag, x) = read_batch(m, x, "int")?;
+    let At::Batch(v, axis, Example::Float(_)) = x else { return Err(Fault::unbatched("int")) };
+    // The whole stack (with any outer batch levels) holds exactly the examples' values.
+    if let Some(t) = super::underlying(&v) {
+        let fits = |x: &f64| (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(x);
+        if let Some(bad) = t.to_f64s().into_iter().find(|x| !fits(x)) {
+            return Err(Fault::new(format!("cannot convert {} to Int", crate::runtime::value::fmt_float(bad))));
+        }
+    }
+    let v = front(m, v, axis)?;
+    let v = call(m, TOp::ToDevice(crate::tensor::Device::Cpu), vec![v])?;
+    // int64 conversion truncates toward zero, as `int` does.
+    Ok(batched(tag, call(m, TOp::AsType(DType::I64), vec![v])?, 0, Example::Int))
+}
+
+/// `float n` for a batch of Ints: a batch of Floats (exact below 2^53, as `float`).
+pub fn float_of<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
+    let (tag, x) = read_batch(m, x, "float")?;
+    let At::Batch(v, axis, Example::Int) = x else { return Err(Fault::unbatched("float")) };
+    let v = front(m, v, axis)?;
+    Ok(batched(tag, call(m, TOp::AsType(DType::F64), vec![v])?, 0, Example::Float(DType::F32)))
+}
+
+/// `is_nan x` for a batch of Floats: a batch of Bools (NaN is the one value unequal to itself).
+pub fn is_nan<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
+    let (tag, x) = read_batch(m, x, "is_nan")?;
+    let At::Batch(v, axis, Example::Float(_)) = x else { return Err(Fault::unbatched("is_nan")) };
+    let v = front(m, v, axis)?;
+    Ok(batched(tag, call(m, TOp::Cmp(Cmp::NotEqual), vec![v.clone(), v])?, 0, Example::Bool))
+}
+
+/// `argmax x` (`argmin` with `min`) for a batch of tensors: each example's position of its
+/// first largest (smallest) element among its elements in order, an Int batch — one
+/// `argmax_axis` on the stack with each example flattened.
+pub fn arg_extreme<H: Host>(m: &mut H, x: &Value, min: bool) -> FResult<Value> {
+    let name = if min { "argmin" } else { "argmax" };
+    let (tag, x) = read_batch(m, x, name)?;
+    let shape = example_shape(&x);
+    let At::Batch(v, axis, Example::Tensor) = x else { return Err(Fault::unbatched(name)) };
+    let n = shape.iter().product::<usize>();
+    if n == 0 {
+        return Err(Fault::new(format!("{name} of an empty tensor")));
+    }
+    let v = front(m, v, axis)?;
+    let b = shape_of(&v)[0];
+    let mut flat = call(m, TOp::Reshape(vec![b, n]), vec![v])?;
+    if min {
+        flat = super::apply_un(m, Un::Neg, flat)?;
+    }
+    let at = call(m, TOp::ArgmaxAxis(1), vec![flat])?;
+    // The GPU's positions are float32 (exact below 2^24): Ints are int64, on the CPU.
+    let at = call(m, TOp::ToDevice(crate::tensor::Device::Cpu), vec![at])?;
+    Ok(batched(tag, call(m, TOp::AsType(DType::I64), vec![at])?, 0, Example::Int))
+}
+
+/// `row t i` with `i` a batch of Ints: each example's row — one `gather` along axis 0 with
+/// the examples' indices (the tensor batched or not), differentiable in `t` as `row` is. An
+/// index `row` would refuse is its error.
+pub fn row_at<H: Host>(m: &mut H, t: Value, i: &Value) -> FResult<Value> {
+    let (tag, ix) = read_batch(m, i, "row")?;
+    let At::Batch(v, axis, Example::Int) = ix else { return Err(Fault::unbatched("row")) };
+    let shape = shape_of(&t);
+    let values = super::underlying(&v).and_then(|u| u.i64s().map(|a| a.iter().copied().collect::<Vec<_>>()));
+    let Some(values) = values else { return Err(Fault::unbatched("row")) };
+    if let Some(&n) = values.iter().find(|&&n| n < 0) {
+        return Err(Fault::new(format!("a row index must not be negative (got {n})")));
+    }
+    if let Some(&n) = values.iter().find(|&&n| shape.len() < 2 || n as usize >= shape[0]) {
+        return Err(Fault::new(format!("row {n} of a tensor of shape {}", crate::tensor::fmt_shape(&shape))));
+    }
+    // The Ints as 0-d int64 examples: a `gather` with them drops the row axis, as `row` does.
+    let idx = batched(tag, v, axis, Example::Tensor);
+    call(m, TOp::Gather(0), vec![t, idx])
+}
+
+/// `any x` (`all x` with `all`) for a batch of tensors: a batch of Bools, from how many of
+/// each example's elements are nonzero (NaN is, as `any` counts it) or zero.
+pub fn any_all<H: Host>(m: &mut H, x: &Value, all: bool) -> FResult<Value> {
+    let name = if all { "all" } else { "any" };
+    let (tag, x) = read_batch(m, x, name)?;
+    let shape = example_shape(&x);
+    let At::Batch(v, axis, Example::Tensor) = x else { return Err(Fault::unbatched(name)) };
+    let n = shape.iter().product::<usize>();
+    let v = front(m, v, axis)?;
+    let b = shape_of(&v)[0];
+    let flat = call(m, TOp::Reshape(vec![b, n]), vec![v])?;
+    let zero = zero_scalar(m, &flat, DType::F32)?;
+    let zero_of = call(m, TOp::AsType(super::dtype_of(&flat).unwrap_or(DType::F32)), vec![zero.clone()])?;
+    let hit = call(m, TOp::Cmp(if all { Cmp::Equal } else { Cmp::NotEqual }), vec![flat, zero_of])?;
+    let hit = call(m, TOp::AsType(DType::F32), vec![hit])?;
+    let count = call(m, TOp::SumAxis(1), vec![hit])?;
+    // any: some element is nonzero; all: no element is zero.
+    let c = if all { Cmp::Equal } else { Cmp::Greater };
+    Ok(batched(tag, call(m, TOp::Cmp(c), vec![count, zero])?, 0, Example::Bool))
+}
+
+/// A 0-d zero of dtype `d` on the device of `like`'s tensor.
+fn zero_scalar<H: Host>(m: &mut H, like: &Value, d: DType) -> FResult<Value> {
+    let zero = crate::runtime::tensor::wrap(crate::tensor::Tensor::full(&[], 0.0));
+    let zero = call(m, TOp::AsType(d), vec![zero])?;
+    call(m, TOp::ToDevice(device_of(like)), vec![zero])
+}
+
+/// `max_of`/`min_of` of two Floats or Ints, one batched: each example's own pick, as one
+/// Float's would be — `a` where `keep` (a batch of Bools) holds, else `b`. For Floats a
+/// select, differentiable in both operands (the one not picked gets no adjoint, not a zero
+/// times it).
+pub fn pick<H: Host>(m: &mut H, keep: Value, a: Value, b: Value) -> FResult<Value> {
+    let Value::Batched(k) = &keep else { return Err(Fault::internal("a pick with an unbatched choice")) };
+    let tag = k.tag;
+    check_live(m, tag)?;
+    let At::Batch(keep, axis, _) = at(keep, tag) else { return Err(Fault::internal("a pick's choice")) };
+    let keep = front(m, keep, axis)?;
+    let ints = [&a, &b].iter().any(|v| is_int(&at(strip(v), tag)));
+    if ints {
+        let operand = |m: &mut H, v: Value| -> FResult<Value> {
+            match at(v, tag) {
+                At::Batch(v, axis, _) => front(m, v, axis),
+                At::Plain(Value::Int(n)) => int_scalar(n),
+                At::Plain(v) => Ok(v),
+            }
+        };
+        let (x, y) = (operand(m, a)?, operand(m, b)?);
+        return Ok(batched(tag, call(m, TOp::Where, vec![keep, x, y])?, 0, Example::Int));
+    }
+    let kept = batched(tag, call(m, TOp::AsType(DType::F64), vec![keep])?, 0, Example::Float(DType::F32));
+    let rest = m.prim2(Prim::Sub, Value::Float(1.0), kept.clone())?;
+    let a = super::tensor::select(m, a, kept)?;
+    let b = super::tensor::select(m, b, rest)?;
+    m.prim2(Prim::Add, a, b)
+}
+
+/// `tree_clip lo hi x` for a batch of Floats `x`: per example what a Float's clip is (jnp.clip:
+/// the value clamped, derivative 1 strictly inside, 0 outside, 1/2 for each bound it sits on),
+/// with that weight w a batch too: `select(x, w) · w + select(clamped, 1 - w) · (1 - w)`.
+pub fn clip_floats<H: Host>(m: &mut H, x: Value, lo: f64, hi: f64) -> FResult<Value> {
+    let (tag, xs) = read_batch(m, &x, "tree_clip")?;
+    let At::Batch(s, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched("tree_clip")) };
+    let s = front(m, s, axis)?;
+    let scalar = |m: &mut H, v: f64| -> FResult<Value> {
+        let t = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![v])?);
+        call(m, TOp::ToDevice(device_of(&s)), vec![t])
+    };
+    let (l, h) = (scalar(m, lo)?, scalar(m, hi)?);
+    // 1 where `above`, 1/2 where `on`, else 0 (the two never hold together).
+    let side = |m: &mut H, x: &Value, bound: &Value, above: Cmp| -> FResult<Value> {
+        let a = call(m, TOp::Cmp(above), vec![x.clone(), bound.clone()])?;
+        let a = call(m, TOp::AsType(DType::F64), vec![a])?;
+        let on = call(m, TOp::Cmp(Cmp::Equal), vec![x.clone(), bound.clone()])?;
+        let on = call(m, TOp::AsType(DType::F64), vec![on])?;
+        let half = m.prim2(Prim::Mul, on, Value::Float(0.5))?;
+        m.prim2(Prim::Add, a, half)
+    };
+    let w_lo = side(m, &s, &l, Cmp::Greater)?;
+    let at_lo = call(m, TOp::Cmp(Cmp::Max), vec![s, l])?;
+    // Below the upper bound (`at_lo < hi`), or on it.
+    let w_hi = side(m, &at_lo, &h, Cmp::Less)?;
+    let w = m.prim2(Prim::Mul, w_lo, w_hi)?;
+    let clamped = call(m, TOp::Cmp(Cmp::Min), vec![h, at_lo])?;
+    let w = batched(tag, w, 0, kind);
+    let clamped = batched(tag, clamped, 0, kind);
+    let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
+    let kept = super::tensor::select(m, x, w.clone())?;
+    let kept = m.prim2(Prim::Mul, kept, w)?;
+    let fixed = super::tensor::select(m, clamped, rest.clone())?;
+    let fixed = m.prim2(Prim::Mul, fixed, rest)?;
+    m.prim2(Prim::Add, kept, fixed)
 }
 
 /// A tensor operation of the op table with an operand batched at `tag`: its batching rule.
@@ -366,12 +649,21 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             if args.len() == 1 =>
         {
             let At::Batch(v, axis, kind) = args.remove(0) else { return no_rule(&op) };
-            // Elementwise on a batch of Floats (relu's and abs's derivatives) or of Bools too.
+            if let (TOp::AsType(d), Example::Float(_) | Example::Int | Example::Bool) = (&op, kind) {
+                return as_scalar_type(m, tag, *d, v, axis);
+            }
+            // Elementwise on a batch of Floats (relu's and abs's derivatives) or of Bools too;
+            // a Float or Int stays on the CPU's float64 or int64 stack.
             let elementwise = match kind {
                 Example::Tensor => true,
-                Example::Float(_) => matches!(op, TOp::Step | TOp::Sign),
-                Example::Bool => matches!(op, TOp::Not),
+                Example::Float(_) => matches!(op, TOp::Step | TOp::Sign | TOp::ToDevice(_)),
+                Example::Bool => matches!(op, TOp::Not | TOp::ToDevice(_)),
+                Example::Int => matches!(op, TOp::ToDevice(_)),
             };
+            if matches!(op, TOp::ToDevice(_)) && kind != Example::Tensor {
+                // A Float moved to a device is still a Float (as `to_device` of one is).
+                return Ok(batched(tag, v, axis, kind));
+            }
             if !elementwise {
                 return no_rule(&op);
             }
@@ -500,7 +792,9 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             let (parts, _) = align(m, args, true)?;
             per_image(m, tag, &op, parts)?
         }
-        TOp::Conv2d(_) | TOp::Conv2dInputGrad(_) if matches!(args.get(1), Some(At::Plain(_))) => {
+        TOp::Conv2d(cv) if matches!(args.get(1), Some(At::Plain(_))) => {
+            // A misfit is reported with one example's shapes, not the flattened stack's.
+            conv_check(&op, cv, &args)?;
             let w = args.remove(1);
             let (mut parts, _) = align(m, args, true)?;
             if let At::Plain(w) = w {
@@ -508,6 +802,11 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             }
             per_image(m, tag, &op, parts)?
         }
+        // Batched weights (per-example weights, or per-example weight gradients), and the
+        // weight adjoint of batched images.
+        TOp::Conv2d(cv) => conv_weights(m, tag, cv, args)?,
+        TOp::Conv2dInputGrad(cv) => conv_input_grad(m, tag, cv, args)?,
+        TOp::Conv2dWeightGrad(cv) => conv_weight_grad(m, tag, cv, args)?,
         TOp::Gather(ax) if matches!(args[1], At::Plain(_)) => {
             let idx = args.remove(1);
             let At::Batch(v, axis, Example::Tensor) = args.remove(0) else { return no_rule(&op) };
@@ -521,6 +820,9 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             let At::Plain(idx) = idx else { return no_rule(&TOp::ScatterAdd(ax, s)) };
             batched(tag, call(m, TOp::ScatterAdd(ax + 1, with_batch(b, &s)), vec![v, idx])?, 0, Example::Tensor)
         }
+        // Per-example indices (`gather` with batched indices, and its adjoint).
+        TOp::Gather(ax) => gather_indices(m, tag, ax, args)?,
+        TOp::ScatterAdd(ax, s) => scatter_indices(m, tag, ax, s, args)?,
         TOp::ArgmaxMask => {
             // 1 at each example's first maximum: its position along the flattened example,
             // compared with every position.
@@ -621,6 +923,327 @@ fn per_image<H: Host>(m: &mut H, tag: u32, op: &TOp, parts: Vec<Value>) -> FResu
     let n = s[0] / b.max(1);
     let shaped = call(m, TOp::Reshape(vec![b, n, s[1], s[2], s[3]]), vec![out])?;
     Ok(batched(tag, shaped, 0, Example::Tensor))
+}
+
+/// `astype` of a batch of scalars: per example what a 0-d tensor's conversion keeps — a
+/// floating dtype keeps the value (a Float of that dtype's origin: `vmap` stacks it in it), an
+/// int64 one truncates to an Int (refusing what no int64 holds), bool is `x != 0`.
+fn as_scalar_type<H: Host>(m: &mut H, tag: u32, d: DType, v: Value, axis: usize) -> FResult<Value> {
+    let v = front(m, v, axis)?;
+    Ok(match d {
+        DType::Bool => batched(tag, call(m, TOp::AsType(DType::Bool), vec![v])?, 0, Example::Bool),
+        DType::I64 => {
+            let v = call(m, TOp::ToDevice(crate::tensor::Device::Cpu), vec![v])?;
+            batched(tag, call(m, TOp::AsType(DType::I64), vec![v])?, 0, Example::Int)
+        }
+        d => batched(tag, call(m, TOp::AsType(DType::F64), vec![v])?, 0, Example::Float(d)),
+    })
+}
+
+/// A convolution's three operands (input, weights, output adjoint — the ones it has), checked
+/// as one example's would be, with its sizes.
+fn conv_check(op: &TOp, cv: crate::tensor::op::Conv, args: &[At]) -> FResult<crate::tensor::op::ConvDims> {
+    if args.len() < 2 || args.iter().any(|a| !is_tensor_example(a)) {
+        return Err(Fault::unbatched(&op.name()));
+    }
+    Ok(crate::tensor::op::conv_dims(&example_shape(&args[0]), &example_shape(&args[1]), cv)?)
+}
+
+/// A stack with its batch axis in front, or None for an operand the same for every example.
+fn stack_of<H: Host>(m: &mut H, a: At) -> FResult<(Option<Value>, Value)> {
+    Ok(match a {
+        At::Batch(v, axis, _) => {
+            let v = front(m, v, axis)?;
+            (Some(v.clone()), v)
+        }
+        At::Plain(v) => (None, v),
+    })
+}
+
+/// A zero tensor of `shape` in `like`'s dtype and device: an operand the convolution adjoints
+/// read only for its shape.
+fn shape_only<H: Host>(m: &mut H, like: &Value, shape: Vec<usize>) -> FResult<Value> {
+    let z = zero_scalar(m, like, dtype_under(like))?;
+    call(m, TOp::BroadcastTo(shape), vec![z])
+}
+
+/// The patches of a stack of image stacks [B, N, C, H, W] as `[B, N, C·KH·KW, OH·OW]`, in the
+/// order the weights [O, C, KH, KW] flatten to: one convolution of all B·N images with the
+/// identity kernel (output channel (c, i, j) reads input channel c at offset (i, j)). A
+/// convolution with per-example weights is then one batched matrix product with them.
+fn patches<H: Host>(
+    m: &mut H,
+    x: Value,
+    d: &crate::tensor::op::ConvDims,
+    cv: crate::tensor::op::Conv,
+) -> FResult<Value> {
+    let b = shape_of(&x)[0];
+    let q = d.c * d.kh * d.kw;
+    let flat = call(m, TOp::Reshape(vec![b * d.n, d.c, d.h, d.w]), vec![x])?;
+    let eye = identity_kernel(m, &flat, d)?;
+    let p = call(m, TOp::Conv2d(cv), vec![flat, eye])?;
+    call(m, TOp::Reshape(vec![b, d.n, q, d.oh * d.ow]), vec![p])
+}
+
+/// The kernel [C·KH·KW, C, KH, KW] whose convolution copies each patch into channels.
+fn identity_kernel<H: Host>(m: &mut H, like: &Value, d: &crate::tensor::op::ConvDims) -> FResult<Value> {
+    let q = d.c * d.kh * d.kw;
+    let mut data = vec![0.0f64; q * q];
+    for k in 0..q {
+        // Row k of [Q, C·KH·KW] is 1 at column k: the flattening of (c, i, j) is row-major.
+        data[k * q + k] = 1.0;
+    }
+    let eye = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[q, d.c, d.kh, d.kw], data)?);
+    let eye = call(m, TOp::AsType(dtype_under(like)), vec![eye])?;
+    call(m, TOp::ToDevice(device_of(like)), vec![eye])
+}
+
+/// `conv2d x w` with the weights batched (the input may be too): with one input for all, one
+/// convolution with the B weight stacks as B·O output channels; with batched inputs, their
+/// patches times each example's weights, one batched product.
+fn conv_weights<H: Host>(m: &mut H, tag: u32, cv: crate::tensor::op::Conv, mut args: Vec<At>) -> FResult<Value> {
+    let d = conv_check(&TOp::Conv2d(cv), cv, &args)?;
+    let w = args.remove(1);
+    let x = args.remove(0);
+    let (_, w) = stack_of(m, w)?;
+    let b = shape_of(&w)[0];
+    let q = d.c * d.kh * d.kw;
+    match stack_of(m, x)? {
+        (None, x) => {
+            let w = call(m, TOp::Reshape(vec![b * d.o, d.c, d.kh, d.kw]), vec![w])?;
+            let y = call(m, TOp::Conv2d(cv), vec![x, w])?;
+            let y = call(m, TOp::Reshape(vec![d.n, b, d.o, d.oh, d.ow]), vec![y])?;
+            Ok(batched(tag, y, 1, Example::Tensor))
+        }
+        (Some(x), _) => {
+            let p = patches(m, x, &d, cv)?;
+            let w = call(m, TOp::Reshape(vec![b, 1, d.o, q]), vec![w])?;
+            let y = call(m, TOp::MatMul, vec![w, p])?;
+            let y = call(m, TOp::Reshape(vec![b, d.n, d.o, d.oh, d.ow]), vec![y])?;
+            Ok(batched(tag, y, 0, Example::Tensor))
+        }
+    }
+}
+
+/// The weights' adjoint of a convolution, (x, w, g) ↦ [O, C, KH, KW], with x or g batched (w
+/// is read for its shape only). One of them batched folds the batch into channels of one
+/// adjoint convolution; both batched is the batched product of g with x's patches — the
+/// per-example weight gradients of a CNN (`vmap (grad loss)`), never a loop over examples.
+fn conv_weight_grad<H: Host>(m: &mut H, tag: u32, cv: crate::tensor::op::Conv, mut args: Vec<At>) -> FResult<Value> {
+    let op = TOp::Conv2dWeightGrad(cv);
+    let d = conv_check(&op, cv, &args)?;
+    if args.len() != 3 {
+        return Err(Fault::unbatched(&op.name()));
+    }
+    let (g, _w, x) = (args.remove(2), args.remove(1), args.remove(0));
+    let (xs, x) = stack_of(m, x)?;
+    let (gs, g) = stack_of(m, g)?;
+    let q = d.c * d.kh * d.kw;
+    let l = d.oh * d.ow;
+    Ok(match (xs, gs) {
+        (Some(x), None) => {
+            let b = shape_of(&x)[0];
+            let x = call(m, TOp::Permute(vec![1, 0, 2, 3, 4]), vec![x])?;
+            let x = call(m, TOp::Reshape(vec![d.n, b * d.c, d.h, d.w]), vec![x])?;
+            let w = shape_only(m, &x, vec![d.o, b * d.c, d.kh, d.kw])?;
+            let gw = call(m, op, vec![x, w, g])?;
+            let gw = call(m, TOp::Reshape(vec![d.o, b, d.c, d.kh, d.kw]), vec![gw])?;
+            batched(tag, gw, 1, Example::Tensor)
+        }
+        (None, Some(g)) => {
+            let b = shape_of(&g)[0];
+            let g = call(m, TOp::Permute(vec![1, 0, 2, 3, 4]), vec![g])?;
+            let g = call(m, TOp::Reshape(vec![d.n, b * d.o, d.oh, d.ow]), vec![g])?;
+            let w = shape_only(m, &g, vec![b * d.o, d.c, d.kh, d.kw])?;
+            let gw = call(m, op, vec![x, w, g])?;
+            let gw = call(m, TOp::Reshape(vec![b, d.o, d.c, d.kh, d.kw]), vec![gw])?;
+            batched(tag, gw, 0, Example::Tensor)
+        }
+        (Some(x), Some(g)) => {
+            let b = shape_of(&x)[0];
+            let p = patches(m, x, &d, cv)?;
+            let p = call(m, TOp::Permute(vec![0, 1, 3, 2]), vec![p])?;
+            let p = call(m, TOp::Reshape(vec![b, d.n * l, q]), vec![p])?;
+            let g = call(m, TOp::Reshape(vec![b, d.n, d.o, l]), vec![g])?;
+            let g = call(m, TOp::Permute(vec![0, 2, 1, 3]), vec![g])?;
+            let g = call(m, TOp::Reshape(vec![b, d.o, d.n * l]), vec![g])?;
+            let gw = call(m, TOp::MatMul, vec![g, p])?;
+            let gw = call(m, TOp::Reshape(vec![b, d.o, d.c, d.kh, d.kw]), vec![gw])?;
+            batched(tag, gw, 0, Example::Tensor)
+        }
+        // Only the weights, read for their shape, are batched: the same for every example.
+        (None, None) => {
+            let w = shape_only(m, &x, vec![d.o, d.c, d.kh, d.kw])?;
+            call(m, op, vec![x, w, g])?
+        }
+    })
+}
+
+/// The input's adjoint of a convolution, (x, w, g) ↦ [N, C, H, W] (x read for its shape
+/// only), with the weights batched: g the same for all folds the batch into input channels of
+/// one adjoint convolution; g batched too is the patches' adjoint of the batched product
+/// wᵀ g. (Plain weights are `per_image`'s.)
+fn conv_input_grad<H: Host>(m: &mut H, tag: u32, cv: crate::tensor::op::Conv, mut args: Vec<At>) -> FResult<Value> {
+    let op = TOp::Conv2dInputGrad(cv);
+    if matches!(args.get(1), Some(At::Plain(_))) {
+        let w = args.remove(1);
+        let (mut parts, _) = align(m, args, true)?;
+        if let At::Plain(w) = w {
+            parts.insert(1, w);
+        }
+        return per_image(m, tag, &op, parts);
+    }
+    let d = conv_check(&op, cv, &args)?;
+    if args.len() != 3 {
+        return Err(Fault::unbatched(&op.name()));
+    }
+    let (g, w, x) = (args.remove(2), args.remove(1), args.remove(0));
+    let (_, w) = stack_of(m, w)?;
+    let b = shape_of(&w)[0];
+    let q = d.c * d.kh * d.kw;
+    let l = d.oh * d.ow;
+    let like = match &x {
+        At::Batch(v, _, _) | At::Plain(v) => v.clone(),
+    };
+    Ok(match stack_of(m, g)? {
+        (None, g) => {
+            let w = call(m, TOp::Permute(vec![1, 0, 2, 3, 4]), vec![w])?;
+            let w = call(m, TOp::Reshape(vec![d.o, b * d.c, d.kh, d.kw]), vec![w])?;
+            let x = shape_only(m, &like, vec![d.n, b * d.c, d.h, d.w])?;
+            let dx = call(m, op, vec![x, w, g])?;
+            let dx = call(m, TOp::Reshape(vec![d.n, b, d.c, d.h, d.w]), vec![dx])?;
+            batched(tag, dx, 1, Example::Tensor)
+        }
+        (Some(g), _) => {
+            let w = call(m, TOp::Reshape(vec![b, d.o, q]), vec![w])?;
+            let wt = call(m, TOp::Permute(vec![0, 2, 1]), vec![w])?;
+            let wt = call(m, TOp::Reshape(vec![b, 1, q, d.o]), vec![wt])?;
+            let g = call(m, TOp::Reshape(vec![b, d.n, d.o, l]), vec![g])?;
+            let dp = call(m, TOp::MatMul, vec![wt, g])?;
+            let dp = call(m, TOp::Reshape(vec![b * d.n, q, d.oh, d.ow]), vec![dp])?;
+            let x = shape_only(m, &like, vec![b * d.n, d.c, d.h, d.w])?;
+            let eye = identity_kernel(m, &x, &d)?;
+            let dx = call(m, op, vec![x, eye, dp])?;
+            let dx = call(m, TOp::Reshape(vec![b, d.n, d.c, d.h, d.w]), vec![dx])?;
+            batched(tag, dx, 0, Example::Tensor)
+        }
+    })
+}
+
+/// Per-example indices into per-example tensors, as positions in the stack of all examples
+/// flattened along the indexed axis: example b's index i (negative ones counting from the
+/// end, as `gather`'s) becomes b·len + i. An index out of range is the error `gather` gives
+/// for it — checked here, on the indices' values, since an offset index out of its example's
+/// range could land in another example's.
+fn offset_indices<H: Host>(m: &mut H, idx: Value, len: usize, ax: usize, example: &[usize]) -> FResult<Value> {
+    let Some(t) = super::underlying(&idx) else { return Err(Fault::unbatched("gather")) };
+    let Some(ix) = t.i64s() else {
+        return Err(Fault::new(format!("gather: the indices must be an int64 tensor, got {}", t.dtype().name()))
+            .help("make them with `tensor [0, 2]`, or convert with `astype \"int64\" i`"));
+    };
+    let n = len as i64;
+    if let Some(&i) = ix.iter().find(|&&i| !(-n..n).contains(&i)) {
+        return Err(Fault::new(format!(
+            "gather: index {i} is out of range for axis {ax} of a tensor of shape {}",
+            crate::tensor::fmt_shape(example)
+        )));
+    }
+    let b = shape_of(&idx)[0];
+    let rank = shape_of(&idx).len();
+    let zero = int_scalar(0)?;
+    let negative = call(m, TOp::Cmp(Cmp::Less), vec![idx.clone(), zero])?;
+    let negative = call(m, TOp::AsType(DType::I64), vec![negative])?;
+    let wrap = m.prim2(Prim::Mul, negative, int_scalar(n)?)?;
+    let idx = m.prim2(Prim::Add, idx, wrap)?;
+    let mut shape = vec![b];
+    shape.extend(std::iter::repeat_n(1, rank - 1));
+    let offsets = crate::tensor::Tensor::from_i64s(&shape, (0..b as i64).map(|k| k * n).collect())?;
+    m.prim2(Prim::Add, idx, crate::runtime::tensor::wrap(offsets))
+}
+
+/// `gather t idx ax` with the indices batched: with one tensor for all, one `gather` with all
+/// the examples' indices (the batch lands where the indexed axis was); with per-example
+/// tensors, one `gather` from the stack flattened along the indexed axis at offset indices.
+fn gather_indices<H: Host>(m: &mut H, tag: u32, ax: usize, mut args: Vec<At>) -> FResult<Value> {
+    let op = TOp::Gather(ax);
+    if args.len() != 2 || !is_tensor_example(&args[0]) || !is_tensor_example(&args[1]) {
+        return Err(Fault::unbatched(&op.name()));
+    }
+    let te = example_shape(&args[0]);
+    check_axis(&op, ax, &te)?;
+    let ie = example_shape(&args[1]);
+    let (idx, t) = (args.remove(1), args.remove(0));
+    let (_, idx) = stack_of(m, idx)?;
+    match stack_of(m, t)? {
+        (None, t) => Ok(batched(tag, call(m, op, vec![t, idx])?, ax, Example::Tensor)),
+        (Some(t), _) => {
+            let b = shape_of(&t)[0];
+            let len = te[ax];
+            let idx = offset_indices(m, idx, len, ax, &te)?;
+            // The indexed axis first after the batch, then folded into it.
+            let mut perm = vec![0, ax + 1];
+            perm.extend((1..=te.len()).filter(|&i| i != ax + 1));
+            let t = call(m, TOp::Permute(perm), vec![t])?;
+            let mut flat = vec![b * len];
+            flat.extend(te.iter().enumerate().filter(|&(i, _)| i != ax).map(|(_, &n)| n));
+            let t = call(m, TOp::Reshape(flat), vec![t])?;
+            // [B, I…, pre…, post…] back to one example's order [B, pre…, I…, post…].
+            let y = call(m, TOp::Gather(0), vec![t, idx])?;
+            let (ni, rest) = (ie.len(), te.len() - 1);
+            let mut perm = vec![0];
+            perm.extend(1 + ni..1 + ni + ax);
+            perm.extend(1..1 + ni);
+            perm.extend(1 + ni + ax..1 + ni + rest);
+            Ok(batched(tag, call(m, TOp::Permute(perm), vec![y])?, 0, Example::Tensor))
+        }
+    }
+}
+
+/// The adjoint of `gather` with batched indices: the slices of g (per example, or the same
+/// for all) added at each example's indices — one scatter-add into the stack flattened along
+/// the indexed axis, at the offset indices `gather` used.
+fn scatter_indices<H: Host>(m: &mut H, tag: u32, ax: usize, s: Vec<usize>, mut args: Vec<At>) -> FResult<Value> {
+    let op = TOp::ScatterAdd(ax, s.clone());
+    if args.len() != 2 || ax >= s.len() || !is_tensor_example(&args[0]) {
+        return Err(Fault::unbatched(&op.name()));
+    }
+    let ie = example_shape(&args[1]);
+    let (idx, g) = (args.remove(1), args.remove(0));
+    let (_, idx) = stack_of(m, idx)?;
+    let b = shape_of(&idx)[0];
+    let g = match g {
+        At::Batch(v, axis, _) => front(m, v, axis)?,
+        At::Plain(v) => {
+            let ge = shape_of(&v);
+            let mut one = vec![1];
+            one.extend_from_slice(&ge);
+            let v = call(m, TOp::Reshape(one), vec![v])?;
+            let mut full = vec![b];
+            full.extend_from_slice(&ge);
+            call(m, TOp::BroadcastTo(full), vec![v])?
+        }
+    };
+    let len = s[ax];
+    let idx = offset_indices(m, idx, len, ax, &s)?;
+    // g as [B, pre…, I…, post…] to `gather`'s layout of the flattened stack, [B, I…, pre…, post…].
+    let (ni, rest) = (ie.len(), s.len() - 1);
+    let mut perm = vec![0];
+    perm.extend(1 + ax..1 + ax + ni);
+    perm.extend(1..1 + ax);
+    perm.extend(1 + ax + ni..1 + ni + rest);
+    let g = call(m, TOp::Permute(perm), vec![g])?;
+    let mut flat = vec![b * len];
+    flat.extend(s.iter().enumerate().filter(|&(i, _)| i != ax).map(|(_, &n)| n));
+    let y = call(m, TOp::ScatterAdd(0, flat), vec![g, idx])?;
+    // [B·len, pre…, post…] to [B, pre…, len, post…].
+    let mut unfolded = vec![b, len];
+    unfolded.extend(s.iter().enumerate().filter(|&(i, _)| i != ax).map(|(_, &n)| n));
+    let y = call(m, TOp::Reshape(unfolded), vec![y])?;
+    let mut perm = vec![0];
+    perm.extend(2..2 + ax);
+    perm.push(1);
+    perm.extend(2 + ax..1 + s.len());
+    Ok(batched(tag, call(m, TOp::Permute(perm), vec![y])?, 0, Example::Tensor))
 }
 
 /// `a @ b` with an operand batched at `tag`: one product on the stacks (a batch of vectors

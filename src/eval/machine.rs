@@ -9,7 +9,7 @@ use crate::ad;
 use crate::builtins::{B, TABLE};
 use crate::core::{Const, Pattern, Prim, VarRef};
 use crate::diagnostic::{Diagnostic, Phase};
-use crate::runtime::code::{Function, Op};
+use crate::runtime::code::{Function, IntOp, Op};
 use crate::runtime::perturbed::{is_ad, strip, AdjFrame, CustomCall, GradState, Rule, RuleCall};
 use crate::runtime::stack::{Delim, Frame, Segment};
 use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
@@ -327,8 +327,10 @@ impl Machine {
                 }
             };
         }
+        // The Int operations the compiler specialises: an operand that is not an Int is an Int
+        // batched by `vmap` (`argmax` of a batch), which the generic primitive batches.
         macro_rules! int2 {
-            ($f:expr) => {{
+            ($p:expr, $f:expr) => {{
                 let n = self.stack.len();
                 match self.stack.get(n.wrapping_sub(2)..) {
                     Some(&[Value::Int(x), Value::Int(y)]) => {
@@ -337,7 +339,12 @@ impl Machine {
                             value::discard(std::mem::replace(top, $f(x, y)));
                         }
                     }
-                    _ => fault!(Fault::internal("integer operation on non-integers")),
+                    _ => {
+                        let b = self.pop();
+                        let a = self.pop();
+                        let v = tryf!(self.prim2($p, a, b));
+                        self.stack.push(v)
+                    }
                 }
             }};
         }
@@ -548,7 +555,7 @@ impl Machine {
                                 pc = t as usize;
                             }
                         }
-                        _ => fault!(Fault::internal("integer comparison on non-integers")),
+                        (a, b) => fault!(int_fault(&[&a, &b], "integer comparison on non-integers")),
                     }
                 }
                 Op::IntBranchK(cmp, k, t) => match self.pop() {
@@ -557,7 +564,7 @@ impl Machine {
                             pc = t as usize;
                         }
                     }
-                    _ => fault!(Fault::internal("integer comparison on a non-integer")),
+                    a => fault!(int_fault(&[&a], "integer comparison on a non-integer")),
                 },
                 Op::Math(un) => match self.stack.last_mut() {
                     Some(Value::Float(x)) => *x = un.eval(*x),
@@ -572,15 +579,30 @@ impl Machine {
                         let Value::Int(n) = *top else { unreachable!() };
                         *top = Value::Float(n as f64);
                     }
-                    _ => fault!(Fault::internal("`float` of a non-integer")),
+                    _ => {
+                        let x = self.pop();
+                        if !matches!(x, Value::Batched(_)) {
+                            fault!(Fault::internal("`float` of a non-integer"))
+                        }
+                        let v = tryf!(ad::batch::float_of(self, &x));
+                        self.stack.push(v);
+                    }
                 },
                 Op::AddIntK(k) => match self.stack.last_mut() {
                     Some(Value::Int(x)) => *x = x.wrapping_add(k as i64),
-                    _ => fault!(Fault::internal("integer addition on a non-integer")),
+                    _ => {
+                        let x = self.pop();
+                        let v = tryf!(self.prim2(Prim::Add, x, Value::Int(k as i64)));
+                        self.stack.push(v);
+                    }
                 },
                 Op::LocalAddK(s, k) => match self.stack[base + s as usize] {
                     Value::Int(x) => push_fresh(&mut self.stack, || Value::Int(x.wrapping_add(k as i64))),
-                    _ => fault!(Fault::internal("integer addition on a non-integer")),
+                    _ => {
+                        let x = self.stack[base + s as usize].clone();
+                        let v = tryf!(self.prim2(Prim::Add, x, Value::Int(k as i64)));
+                        self.stack.push(v);
+                    }
                 },
                 Op::LocalBranchK(s, cmp, k, t) => match self.stack[base + s as usize] {
                     Value::Int(x) => {
@@ -588,20 +610,29 @@ impl Machine {
                             pc = t as usize;
                         }
                     }
-                    _ => fault!(Fault::internal("integer comparison on a non-integer")),
+                    ref a => fault!(int_fault(&[a], "integer comparison on a non-integer")),
                 },
                 Op::IntLocals(iop, a, b) => match (&self.stack[base + a as usize], &self.stack[base + b as usize]) {
                     (&Value::Int(x), &Value::Int(y)) => push_fresh(&mut self.stack, || Value::Int(iop.apply(x, y))),
-                    _ => fault!(Fault::internal("integer operation on non-integers")),
+                    (x, y) => {
+                        let (x, y) = (x.clone(), y.clone());
+                        let p = match iop {
+                            IntOp::Add => Prim::Add,
+                            IntOp::Sub => Prim::Sub,
+                            IntOp::Mul => Prim::Mul,
+                        };
+                        let v = tryf!(self.prim2(p, x, y));
+                        self.stack.push(v);
+                    }
                 },
-                Op::AddInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_add(y))),
-                Op::SubInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
-                Op::MulInt => int2!(|x: i64, y: i64| Value::Int(x.wrapping_mul(y))),
-                Op::LtInt => int2!(|x, y| Value::Bool(x < y)),
-                Op::LeInt => int2!(|x, y| Value::Bool(x <= y)),
-                Op::GtInt => int2!(|x, y| Value::Bool(x > y)),
-                Op::GeInt => int2!(|x, y| Value::Bool(x >= y)),
-                Op::EqInt => int2!(|x, y| Value::Bool(x == y)),
+                Op::AddInt => int2!(Prim::Add, |x: i64, y: i64| Value::Int(x.wrapping_add(y))),
+                Op::SubInt => int2!(Prim::Sub, |x: i64, y: i64| Value::Int(x.wrapping_sub(y))),
+                Op::MulInt => int2!(Prim::Mul, |x: i64, y: i64| Value::Int(x.wrapping_mul(y))),
+                Op::LtInt => int2!(Prim::Lt, |x, y| Value::Bool(x < y)),
+                Op::LeInt => int2!(Prim::Le, |x, y| Value::Bool(x <= y)),
+                Op::GtInt => int2!(Prim::Gt, |x, y| Value::Bool(x > y)),
+                Op::GeInt => int2!(Prim::Ge, |x, y| Value::Bool(x >= y)),
+                Op::EqInt => int2!(Prim::Eq, |x, y| Value::Bool(x == y)),
                 Op::AddFloat => float2!(Prim::Add, |x, y| Value::Float(x + y)),
                 Op::SubFloat => float2!(Prim::Sub, |x, y| Value::Float(x - y)),
                 Op::MulFloat => float2!(Prim::Mul, |x, y| Value::Float(x * y)),
@@ -1114,6 +1145,8 @@ impl Machine {
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, _) if is_ad(&a) || is_ad(&b) => {
                 return ad::binary(self, p, a, b)
             }
+            // `%` of an Int batched by `vmap`: its batching rule says what it does.
+            (Prim::Rem, Batched(_), _) | (Prim::Rem, _, Batched(_)) => return ad::binary(self, p, a, b),
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Staged(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_)) => {
                 return self.jit.binary(p, a, b)
@@ -1132,7 +1165,7 @@ impl Machine {
             }
             (Prim::MatMul, _, _) => return ad::tensor::call(self, TOp::MatMul, vec![a, b]),
             (Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _)
-                if matches!(a, Batched(_)) || matches!(b, Batched(_)) =>
+                if batched_under(&a) || batched_under(&b) =>
             {
                 return self.compare_batched(p, a, b)
             }
@@ -1450,6 +1483,27 @@ fn reads_batched(p: &Pattern, v: &Value) -> bool {
     }
 }
 
+/// Whether a value is batched by a `vmap` under its perturbations (a comparison reads values,
+/// so a batch under a `grad` inside the `vmap` is compared per example too).
+fn batched_under(v: &Value) -> bool {
+    match v {
+        Value::Batched(_) => true,
+        Value::Tracked(t) => batched_under(&t.primal),
+        Value::Dual(d) => batched_under(&d.primal),
+        _ => false,
+    }
+}
+
+/// A specialised Int comparison that branches met a non-Int: an Int batched by `vmap` is a
+/// condition each example may decide otherwise; anything else is dp's bug.
+fn int_fault(operands: &[&Value], what: &str) -> Fault {
+    if operands.iter().any(|v| matches!(v, Value::Batched(_))) {
+        return Fault::new(BATCHED_BRANCH)
+            .help("this test of a batched Int decides a branch; select elementwise with `where` instead");
+    }
+    Fault::internal(what)
+}
+
 fn batched_match() -> Fault {
     Fault::new(format!("{BATCHED_BRANCH} (this `match` tests a batched value against a constant)"))
         .help("select elementwise with `where`, or move the `match` outside the `vmap`")
@@ -1550,6 +1604,13 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
                 }
             }
             (Tracked(_) | Dual(_), _) | (_, Tracked(_) | Dual(_)) => work.push((strip(&x), strip(&y))),
+            // A batched leaf inside a structure: each example may compare otherwise, and one
+            // Bool cannot say so.
+            (Batched(_), _) | (_, Batched(_)) => {
+                return Err(Fault::unbatched("==").help(
+                    "compare the batched parts one by one (`==` on a batched Float or Tensor gives a batched Bool)",
+                ))
+            }
             (Tensor(p), Tensor(q)) => {
                 // Equal values of any dtypes (`tensor [1] == tensor [1.0]`), as `==` on Floats.
                 let same = match (p.f32s(), q.f32s()) {

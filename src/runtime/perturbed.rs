@@ -45,6 +45,8 @@ pub enum Example {
     Float(crate::tensor::DType),
     /// A Bool (a comparison of batched Floats): `value` is a bool tensor of shape [B].
     Bool,
+    /// An Int (`int`, `argmax` of a batch): `value` is an int64 tensor of shape [B].
+    Int,
 }
 
 /// An adjoint record: one recorded operation's after-code, defunctionalised (what remains

@@ -206,6 +206,7 @@ impl Value {
                 Example::Tensor => "Tensor",
                 Example::Float(_) => "Float",
                 Example::Bool => "Bool",
+                Example::Int => "Int",
             },
             Value::Staged(s) if s.tensor().is_some() => "Tensor",
             Value::Staged(_) => "Float",

@@ -73,6 +73,10 @@ pub struct Gen<'a> {
     /// Variables in scope (v0 is the function's argument).
     pub vars: usize,
     pub depth: usize,
+    /// Whether the tensor compositions may use the selects and value-reading builtins that
+    /// batch per example (`where`, `max_of`/`min_of` and `tree_clip` on Floats, `argmax`): the
+    /// vmap cases', at ordinary points.
+    pub batch: bool,
 }
 
 impl Gen<'_> {
@@ -217,6 +221,15 @@ pub enum T {
     FullMean(Box<T>),
     /// transpose (transpose t).
     Transpose2(Box<T>),
+    /// where (greater a b) a (b * 0.5): a select with a mask computed from the data.
+    Select(Box<T>, Box<T>),
+    /// t * max_of (mean t) 0.2 + min_of (sum t) 1.0: picks between Floats (dp's convention,
+    /// spelled out on the JAX side).
+    FloatPick(Box<T>),
+    /// t * tree_clip (-1.0) 1.0 (mean t): a clipped Float.
+    FloatClip(Box<T>),
+    /// t * float (argmax t): an Int read from the data.
+    ArgWeight(Box<T>),
 }
 
 /// The Floats of a constant tensor of `n` elements.
@@ -230,8 +243,9 @@ impl Gen<'_> {
             return if self.rng.chance(0.8) { T::Param } else { T::Const(values(self.rng, 6, 0.0)) };
         }
         self.depth += 1;
-        let weights = [3.0, 2.0, 1.5, 0.7, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.4, 0.4];
-        let e = match self.rng.weighted(&weights) {
+        let weights = [3.0, 2.0, 1.5, 0.7, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.4, 0.4, 0.5, 0.5, 0.5, 0.3];
+        let n = if self.batch { weights.len() } else { 12 };
+        let e = match self.rng.weighted(&weights[..n]) {
             0 => T::Un(self.rng.below(UNARY.len()), Box::new(self.tensor())),
             1 => T::Bin(self.rng.below(BINARY.len()), Box::new(self.tensor()), Box::new(self.tensor())),
             2 => {
@@ -248,7 +262,11 @@ impl Gen<'_> {
             8 => T::Rebuild(Box::new(self.tensor())),
             9 => T::ConcatSlice(Box::new(self.tensor()), Box::new(self.tensor())),
             10 => T::FullMean(Box::new(self.tensor())),
-            _ => T::Transpose2(Box::new(self.tensor())),
+            11 => T::Transpose2(Box::new(self.tensor())),
+            12 => T::Select(Box::new(self.tensor()), Box::new(self.tensor())),
+            13 => T::FloatPick(Box::new(self.tensor())),
+            14 => T::FloatClip(Box::new(self.tensor())),
+            _ => T::ArgWeight(Box::new(self.tensor())),
         };
         self.depth -= 1;
         e
@@ -299,6 +317,19 @@ pub fn print_tensor(e: &T, dp: bool) -> String {
         T::FullMean(a) => format!("(lambda m: m * jnp.full((2, 3), jnp.mean(m)))({})", p(a)),
         T::Transpose2(a) if dp => format!("(transpose (transpose {}))", p(a)),
         T::Transpose2(a) => format!("jnp.transpose(jnp.transpose({}))", p(a)),
+        T::Select(a, b) if dp => format!("(where (greater {0} {1}) {0} ({1} * 0.5))", p(a), p(b)),
+        T::Select(a, b) => format!("jnp.where({0} > {1}, {0}, {1} * 0.5)", p(a), p(b)),
+        T::FloatPick(a) if dp => format!("({0} * max_of (mean {0}) 0.2 + min_of (sum {0}) 1.0)", p(a)),
+        // dp's `max_of` of Floats keeps `a` when a >= b, else b (so a NaN mean gives 0.2, and a
+        // tie's derivative goes to `a`): jnp.where spells that, where jnp.maximum would not.
+        T::FloatPick(a) => format!(
+            "(lambda m, s: {0} * jnp.where(m >= 0.2, m, 0.2) + jnp.where(s <= 1.0, s, 1.0))(jnp.mean({0}), jnp.sum({0}))",
+            p(a)
+        ),
+        T::FloatClip(a) if dp => format!("({0} * tree_clip (-1.0) 1.0 (mean {0}))", p(a)),
+        T::FloatClip(a) => format!("({0} * jnp.clip(jnp.mean({0}), -1.0, 1.0))", p(a)),
+        T::ArgWeight(a) if dp => format!("({0} * float (argmax {0}))", p(a)),
+        T::ArgWeight(a) => format!("({0} * jnp.argmax({0}))", p(a)),
     }
 }
 
@@ -311,7 +342,7 @@ pub const REDUCE: &[(&str, &str)] =
 pub fn tie_free(e: &T) -> bool {
     match e {
         T::Param | T::Const(_) => true,
-        T::Un(8 | 9, _) | T::Clip(..) => false,
+        T::Un(8 | 9, _) | T::Clip(..) | T::Select(..) | T::FloatPick(_) | T::FloatClip(_) | T::ArgWeight(_) => false,
         T::Un(_, a) | T::Scalar(_, a, ..) | T::PowC(a, _) | T::MatMul(a, _) | T::Softmax(a) => tie_free(a),
         T::LogSoftmax(a) | T::Rebuild(a) | T::FullMean(a) | T::Transpose2(a) => tie_free(a),
         T::Bin(_, a, b) | T::ConcatSlice(a, b) => tie_free(a) && tie_free(b),

@@ -20,7 +20,10 @@
 //!   derivative, so every number must be f's). The same seven numbers: recomputation in the
 //!   backward pass, a rule run as dp code and differentiated by outer levels up to third order.
 //! - Batched cases (`vmap_agrees_with_jax_on_random_programs`, not ignored): a tensor case's f
-//!   over a batch of 4 ordinary points, dp's `vmap` against `jax.vmap` — the batched values,
+//!   over a batch of 4 ordinary points (its compositions may also select on the data:
+//!   `where` with a computed mask, `max_of`/`min_of` and `tree_clip` of Floats, a weight
+//!   `float (argmax t)` — per-example selects and Int batches under every transformation),
+//!   dp's `vmap` against `jax.vmap` — the batched values,
 //!   per-example gradients, a `jvp` of the batched function, the gradient of the summed batch
 //!   and per-example Hessian-vector products (80 numbers a case, 60 cases by default).
 //!
@@ -110,7 +113,7 @@ const VMAP_B: usize = 4;
 
 fn vmap_case(seed: u64) -> Case {
     let mut rng = Rng::new(seed);
-    let f = Gen { rng: &mut rng, vars: 1, depth: 0 }.tensor();
+    let f = Gen { rng: &mut rng, vars: 1, depth: 0, batch: true }.tensor();
     let mut reduce = rng.below(REDUCE.len());
     if reduce == 2 && !tie_free(&f) {
         reduce = 0;
@@ -123,7 +126,7 @@ fn vmap_case(seed: u64) -> Case {
 
 fn scalar_case(seed: u64, wrap: Wrap) -> Case {
     let mut rng = Rng::new(seed);
-    let f = Gen { rng: &mut rng, vars: 1, depth: 0 }.scalar();
+    let f = Gen { rng: &mut rng, vars: 1, depth: 0, batch: false }.scalar();
     let x = point(&mut rng, 0.15);
     let t = ast::point(&mut rng, 0.0);
     Case::Scalar { f, x, t, wrap }
@@ -131,7 +134,7 @@ fn scalar_case(seed: u64, wrap: Wrap) -> Case {
 
 fn tensor_case(seed: u64) -> Case {
     let mut rng = Rng::new(seed);
-    let f = Gen { rng: &mut rng, vars: 1, depth: 0 }.tensor();
+    let f = Gen { rng: &mut rng, vars: 1, depth: 0, batch: false }.tensor();
     let mut reduce = rng.below(REDUCE.len());
     if reduce == 2 && !tie_free(&f) {
         reduce = 0;

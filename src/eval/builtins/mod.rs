@@ -20,8 +20,10 @@ pub mod tensor;
 pub mod tensor_ops;
 pub mod tree;
 
+use crate::ad;
 use crate::builtins::B;
 use crate::eval::machine::Machine;
+use crate::runtime::perturbed::strip;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
 
@@ -72,9 +74,20 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::TreeClip
         | B::TreeZeros
         | B::TreeSumSquares => tree::call(m, b, arg),
-        B::Float | B::Int | B::Floor | B::Ceil | B::Pi | B::Infinity | B::Nan | B::IsNan | B::Ref => {
-            numbers::call(b, arg)
+        B::Float | B::Int | B::IsNan => {
+            let x = arg();
+            if let Value::Batched(_) = strip(&x) {
+                // One conversion per example, of the whole batch at once.
+                return match b {
+                    B::Float => ad::batch::float_of(m, &x),
+                    B::Int => ad::batch::int_of(m, &x),
+                    _ => ad::batch::is_nan(m, &x),
+                };
+            }
+            let mut x = Some(x);
+            numbers::call(b, &mut || x.take().unwrap_or_default())
         }
+        B::Floor | B::Ceil | B::Pi | B::Infinity | B::Nan | B::Ref => numbers::call(b, arg),
         B::TensorOf
         | B::Zeros
         | B::Ones

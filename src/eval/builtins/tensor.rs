@@ -242,7 +242,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Row => {
             let t = arg();
-            let i = index(&arg(), "a row index")?;
+            let i = arg();
+            if let Value::Batched(_) = strip(&i) {
+                return ad::batch::row_at(m, t, &i);
+            }
+            let i = index(&i, "a row index")?;
             ad::tensor::call(m, TOp::Row(i), vec![t])?
         }
         B::Onehot => {
@@ -287,7 +291,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             ad::tensor::call(m, TOp::MaxPool2d(k), vec![arg()])?
         }
         B::Argmax => {
-            let t = arg().as_tensor()?;
+            let t = arg();
+            if let Value::Batched(_) = strip(&t) {
+                return ad::batch::arg_extreme(m, &t, false);
+            }
+            let t = t.as_tensor()?;
             match t.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmax of an empty tensor")),
@@ -305,7 +313,15 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let t = t.as_tensor()?;
             Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
-        B::Dtype => Value::Str(std::rc::Rc::new(arg().as_tensor()?.dtype().name().to_string())),
+        B::Dtype => {
+            // A batch's examples share the stack's dtype.
+            let t = arg();
+            let d = match ad::dtype_of(&t) {
+                Some(d) if matches!(strip(&t), Value::Batched(_)) => d,
+                _ => t.as_tensor()?.dtype(),
+            };
+            Value::Str(std::rc::Rc::new(d.name().to_string()))
+        }
         B::Astype => {
             let name = arg().as_str()?;
             let Some(d) = DType::parse(&name) else {

@@ -62,7 +62,7 @@ fn pick(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
     let keep_a = m.prim2(test, strip(&a), strip(&b))?;
     if let Value::Batched(_) = keep_a {
         // Floats of a batch: each example picks its own.
-        return Err(Fault::unbatched(c.name()));
+        return ad::batch::pick(m, keep_a, a, b);
     }
     Ok(if matches!(keep_a, Value::Bool(true)) { a } else { b })
 }
@@ -205,8 +205,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let (lo, hi, t) = (arg(), arg(), arg());
             clip(m, lo, hi, t)?
         }
-        B::Any => Value::Bool(arg().as_tensor()?.any()?),
-        B::All => Value::Bool(arg().as_tensor()?.all()?),
+        B::Any | B::All => {
+            let t = arg();
+            if let Value::Batched(_) = strip(&t) {
+                return ad::batch::any_all(m, &t, b == B::All);
+            }
+            let t = t.as_tensor()?;
+            Value::Bool(if b == B::All { t.all()? } else { t.any()? })
+        }
         B::MaxOf | B::MinOf => {
             let c = if b == B::MaxOf { Cmp::Max } else { Cmp::Min };
             let x = arg();
@@ -218,7 +224,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             m.prim1(Prim::Neg, top)?
         }
         B::Argmin => {
-            let t = arg().as_tensor()?;
+            let t = arg();
+            if let Value::Batched(_) = strip(&t) {
+                return ad::batch::arg_extreme(m, &t, true);
+            }
+            let t = t.as_tensor()?;
             match t.unary(Un::Neg)?.argmax()? {
                 Some(i) => Value::Int(i as i64),
                 None => return Err(Fault::new("argmin of an empty tensor")),

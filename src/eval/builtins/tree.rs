@@ -31,9 +31,9 @@ fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
 /// `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`.
 fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
     if let Value::Batched(_) = strip(&x) {
-        // A batch: a tensor leaf is the `clip` builtin's; a batch of Floats has no rule yet.
+        // A batch: a tensor leaf is the `clip` builtin's, a batch of Floats clipped per example.
         if !ad::is_tensor(&x) {
-            return Err(Fault::unbatched("tree_clip"));
+            return ad::batch::clip_floats(m, x, lo, hi);
         }
         return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x);
     }
