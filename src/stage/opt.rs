@@ -83,8 +83,10 @@ fn simplify(p: Program) -> Program {
         HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
     for (node, kind) in nodes.into_iter().zip(kinds) {
         let node = match node {
-            Node::Apply(op, args) => {
-                let args: Vec<u32> = args.iter().map(|&a| to[a as usize]).collect();
+            Node::Apply(op, mut args) => {
+                // Renumbered in place: a trace has a million nodes, and an allocation each
+                // was a large part of this pass.
+                args.iter_mut().for_each(|a| *a = to[*a as usize]);
                 let constant = |i: u32| match &out.nodes[i as usize] {
                     Node::Const(v) => Some(v.clone()),
                     _ => None,
@@ -160,7 +162,10 @@ fn dead_code(p: Program) -> Program {
         }
         to[i] = out.nodes.len() as u32;
         out.nodes.push(match node {
-            Node::Apply(op, args) => Node::Apply(op, args.iter().map(|&a| to[a as usize]).collect()),
+            Node::Apply(op, mut args) => {
+                args.iter_mut().for_each(|a| *a = to[*a as usize]);
+                Node::Apply(op, args)
+            }
             other => other,
         });
         out.kinds.push(kind);
