@@ -1392,6 +1392,15 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::TreeSqrt
             | B::TreeZeros
             | B::TreeSumSquares
+            | B::TensorOf
+            | B::Full
+            | B::Einsum
+            | B::Min
+            | B::Var
+            | B::Gather
+            | B::ArgmaxAxis
+            | B::ArgminAxis
+            | B::Dtype
     );
     if !stages && args.iter().any(stage::holds_staged) {
         return Err(stage::refuse(&format!("`{name}`")));

@@ -9,6 +9,7 @@ use crate::runtime::perturbed::{is_ad, strip};
 use crate::runtime::tensor::wrap;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
+use crate::stage;
 use crate::tensor::op::{check_pool, Conv};
 use crate::tensor::{fmt_shape, gpu, npy, DType, Device, Rng, TOp, Tensor};
 
@@ -68,7 +69,7 @@ fn avg_pool2d(m: &mut Machine, k: usize, x: Value) -> FResult<Value> {
 /// broadcast to [1], concatenated, reshaped), so derivatives flow through `tensor`.
 fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
     let (shape, leaves) = nested(v)?;
-    if !leaves.iter().any(is_ad) {
+    if !leaves.iter().any(|x| is_ad(x) || stage::is_staged(x)) {
         return new(match leaves.first() {
             Some(Value::Int(_)) => {
                 Tensor::from_i64s(&shape, leaves.iter().map(Value::as_int).collect::<FResult<_>>()?)?
@@ -105,7 +106,8 @@ fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
         if depth == shape.len() {
             return match strip(v) {
                 // (A batch of Floats, inside `vmap`: one Float per example.)
-                Value::Float(_) | Value::Int(_) | Value::Bool(_) => {
+                // (A traced Float, inside `jit`: the tensor is built by staged operations.)
+                Value::Float(_) | Value::Int(_) | Value::Bool(_) | Value::Staged(_) => {
                     data.push(v.clone());
                     Ok(())
                 }
@@ -181,7 +183,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Full => {
             let s = shape_arg(&arg())?;
             match arg() {
-                v if is_ad(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
+                v if is_ad(&v) || stage::is_staged(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
                 v => new_full(&s, v.as_float()? as f32)?,
             }
         }
@@ -314,11 +316,11 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
         B::Dtype => {
-            // A batch's examples share the stack's dtype.
+            // A batch's examples share the stack's dtype; a traced tensor has its example's.
             let t = arg();
             let d = match ad::dtype_of(&t) {
-                Some(d) if matches!(strip(&t), Value::Batched(_)) => d,
-                _ => t.as_tensor()?.dtype(),
+                Some(d) => d,
+                None => t.as_tensor()?.dtype(),
             };
             Value::Str(std::rc::Rc::new(d.name().to_string()))
         }
