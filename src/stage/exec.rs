@@ -90,6 +90,10 @@ pub struct Plan {
     tensors: bool,
     /// The input nodes: (node, leaf of the argument).
     inputs: Vec<(u32, usize)>,
+    /// The tensor constants, put in their slots before anything runs (a constant need not
+    /// come right before its first reader: folding makes constants anywhere, even inside a
+    /// run of native code).
+    tensor_consts: Vec<u32>,
     /// What became of native compilation, for `DP_JIT_LOG`.
     pub native_note: String,
 }
@@ -161,18 +165,20 @@ impl Plan {
             }
             match &prog.nodes[i] {
                 Node::Apply(..) => steps.push(Step::Node(i as u32)),
-                Node::Const(v) if !matches!(v, Value::Float(_)) => steps.push(Step::Node(i as u32)),
                 _ => {}
             }
             i += 1;
         }
+        let tensor_consts = (0..n as u32)
+            .filter(|&i| matches!(&prog.nodes[i as usize], Node::Const(v) if !matches!(v, Value::Float(_))))
+            .collect();
         let inputs = prog
             .nodes
             .iter()
             .enumerate()
             .filter_map(|(i, n)| if let Node::Input(k) = n { Some((i as u32, *k)) } else { None })
             .collect();
-        Plan { prog, last, steps, code, floats: RefCell::new(floats), tensors, inputs, native_note }
+        Plan { prog, last, steps, code, floats: RefCell::new(floats), tensors, inputs, tensor_consts, native_note }
     }
 
     /// Runs the program on the argument's leaves (in the signature's order) and builds the
@@ -196,6 +202,11 @@ impl Plan {
     fn run_with(&self, floats: &mut [f64], mut inputs: Vec<Value>) -> FResult<Value> {
         let p = &self.prog;
         let mut slots: Vec<Value> = if self.tensors { vec![Value::Unit; p.nodes.len()] } else { Vec::new() };
+        for &i in &self.tensor_consts {
+            if let Node::Const(v) = &p.nodes[i as usize] {
+                slots[i as usize] = v.clone();
+            }
+        }
         for &(i, k) in &self.inputs {
             match std::mem::take(&mut inputs[k]) {
                 Value::Float(x) => floats[i as usize] = x,
@@ -213,7 +224,6 @@ impl Plan {
                 Step::Node(i) => {
                     let i = *i as usize;
                     let v = match &p.nodes[i] {
-                        Node::Const(v) => v.clone(),
                         Node::Apply(Op::Bin(b), args) if p.kinds[i] == Kind::Float && floats_in(p, args) => {
                             Value::Float(float_bin(*b, floats[args[0] as usize], floats[args[1] as usize])?)
                         }
@@ -236,7 +246,8 @@ impl Plan {
                                 .collect();
                             apply(op, vals)?
                         }
-                        Node::Input(_) => continue,
+                        // Set before the steps run.
+                        Node::Input(_) | Node::Const(_) => continue,
                     };
                     match v {
                         Value::Float(x) => floats[i] = x,
