@@ -163,9 +163,8 @@ impl Plan {
                     continue;
                 }
             }
-            match &prog.nodes[i] {
-                Node::Apply(..) => steps.push(Step::Node(i as u32)),
-                _ => {}
+            if let Node::Apply(..) = &prog.nodes[i] {
+                steps.push(Step::Node(i as u32));
             }
             i += 1;
         }
