@@ -878,15 +878,7 @@ fn align_parts<H: Host>(m: &mut H, args: Vec<At>) -> FResult<(Vec<Value>, Exampl
     for a in args {
         out.push(match a {
             At::Batch(v, axis, _) => front(m, v, axis)?,
-            At::Plain(v) => {
-                let s = shape_of(&v);
-                let mut one = vec![1];
-                one.extend_from_slice(&s);
-                let v = call(m, TOp::Reshape(one), vec![v])?;
-                let mut full = vec![b];
-                full.extend_from_slice(&s);
-                call(m, TOp::BroadcastTo(full), vec![v])?
-            }
+            At::Plain(v) => tile(m, v, b)?,
         });
     }
     Ok((out, Example::Tensor))
@@ -1213,15 +1205,7 @@ fn scatter_indices<H: Host>(m: &mut H, tag: u32, ax: usize, s: Vec<usize>, mut a
     let b = shape_of(&idx)[0];
     let g = match g {
         At::Batch(v, axis, _) => front(m, v, axis)?,
-        At::Plain(v) => {
-            let ge = shape_of(&v);
-            let mut one = vec![1];
-            one.extend_from_slice(&ge);
-            let v = call(m, TOp::Reshape(one), vec![v])?;
-            let mut full = vec![b];
-            full.extend_from_slice(&ge);
-            call(m, TOp::BroadcastTo(full), vec![v])?
-        }
+        At::Plain(v) => tile(m, v, b)?,
     };
     let len = s[ax];
     let idx = offset_indices(m, idx, len, ax, &s)?;
@@ -1381,21 +1365,23 @@ pub fn finish<H: Host>(m: &mut H, tag: u32, size: usize, y: Value) -> FResult<Va
             call(m, TOp::AsType(d), vec![v])
         }
         At::Batch(v, axis, _) => front(m, v, axis),
-        At::Plain(v) => {
-            let s = shape_of(&v);
-            let mut full = vec![size];
-            full.extend_from_slice(&s);
-            match strip(&v) {
-                w if !super::is_tensor(&w) => call(m, TOp::BroadcastTo(full), vec![v]),
-                _ => {
-                    let mut one = vec![1];
-                    one.extend_from_slice(&s);
-                    let v = call(m, TOp::Reshape(one), vec![v])?;
-                    call(m, TOp::BroadcastTo(full), vec![v])
-                }
-            }
-        }
+        At::Plain(v) => tile(m, v, size),
     })
+}
+
+/// `v` repeated `b` times along a new front axis: a plain value lined up with batch-first
+/// stacks (a Float becomes a [b] tensor).
+fn tile<H: Host>(m: &mut H, v: Value, b: usize) -> FResult<Value> {
+    let s = shape_of(&v);
+    let mut full = vec![b];
+    full.extend_from_slice(&s);
+    if !super::is_tensor(&strip(&v)) {
+        return call(m, TOp::BroadcastTo(full), vec![v]);
+    }
+    let mut one = vec![1];
+    one.extend_from_slice(&s);
+    let v = call(m, TOp::Reshape(one), vec![v])?;
+    call(m, TOp::BroadcastTo(full), vec![v])
 }
 
 /// Whether a leaf of `x` is perturbed, under its batching layers, by a `grad` or `jvp` level

@@ -108,12 +108,7 @@ impl Plan {
     pub fn new(prog: Program) -> Plan {
         let last = last_uses(&prog);
         let n = prog.nodes.len();
-        let mut floats = vec![0.0; n];
-        for (i, node) in prog.nodes.iter().enumerate() {
-            if let Node::Const(Value::Float(x)) = node {
-                floats[i] = *x;
-            }
-        }
+        let floats = Plan::new_floats(&prog);
         let tensors = prog.kinds.iter().any(|k| matches!(k, Kind::Tensor(..)));
         // Runs of native operations (constants and inputs between them do not break a run).
         let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -194,6 +189,7 @@ impl Plan {
         result
     }
 
+    /// The Float slots with the constants written in.
     fn new_floats(p: &Program) -> Vec<f64> {
         p.nodes.iter().map(|n| if let Node::Const(Value::Float(x)) = n { *x } else { 0.0 }).collect()
     }

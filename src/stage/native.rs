@@ -272,7 +272,7 @@ fn stored(p: &Program, functions: &[Vec<Vec<Piece>>]) -> (Vec<bool>, Vec<u32>) {
             match piece {
                 Piece::Straight { start, end } => {
                     for i in *start..*end {
-                        for &a in args_of(&p.nodes[i as usize]) {
+                        for &a in reroll::args(&p.nodes[i as usize]) {
                             if straight_read(&straight, f, a) == Read::Memory {
                                 memory[a as usize] = true;
                             }
@@ -305,13 +305,6 @@ fn stored(p: &Program, functions: &[Vec<Vec<Piece>>]) -> (Vec<bool>, Vec<u32>) {
         }
     }
     (memory, straight)
-}
-
-fn args_of(node: &Node) -> &[u32] {
-    match node {
-        Node::Apply(_, args) => args,
-        _ => &[],
-    }
 }
 
 struct Emitter<'a, 'b> {

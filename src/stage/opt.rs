@@ -30,8 +30,7 @@ enum Key {
     Bin(u8, u32, u32),
     Un(u8, u32),
     /// A tensor-library operation, by its written form (its parameters included); boxed, so
-    /// the common keys stay 16 bytes (the table of a million-node trace is then a third the
-    /// size, and its random accesses miss the caches that much less).
+    /// the common keys stay 16 bytes, which keeps the table of a million-node trace small.
     T(Box<(String, Vec<u32>)>),
 }
 
@@ -84,8 +83,7 @@ fn simplify(p: Program) -> Program {
     for (node, kind) in nodes.into_iter().zip(kinds) {
         let node = match node {
             Node::Apply(op, mut args) => {
-                // Renumbered in place: a trace has a million nodes, and an allocation each
-                // was a large part of this pass.
+                // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
                 let constant = |i: u32| match &out.nodes[i as usize] {
                     Node::Const(v) => Some(v.clone()),

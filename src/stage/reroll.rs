@@ -66,7 +66,8 @@ fn same_op(a: &Node, b: &Node) -> bool {
     }
 }
 
-fn args(node: &Node) -> &[u32] {
+/// A node's operands (none for a constant or an input).
+pub fn args(node: &Node) -> &[u32] {
     match node {
         Node::Apply(_, args) => args,
         _ => &[],

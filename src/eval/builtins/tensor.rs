@@ -67,9 +67,15 @@ fn avg_pool2d(m: &mut Machine, k: usize, x: Value) -> FResult<Value> {
 /// (`tensor [[1.0, 2.0], [3.0, 4.0]]`; the checker makes every leaf the same type). With perturbed
 /// elements, the tensor is assembled from them by differentiable operations (each element
 /// broadcast to [1], concatenated, reshaped), so derivatives flow through `tensor`.
+/// Whether a Float is more than its number (differentiated, batched or traced): a tensor
+/// built from it must be built by tensor operations, which carry that along.
+fn symbolic(x: &Value) -> bool {
+    is_ad(x) || stage::is_staged(x)
+}
+
 fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
     let (shape, leaves) = nested(v)?;
-    if !leaves.iter().any(|x| is_ad(x) || stage::is_staged(x)) {
+    if !leaves.iter().any(symbolic) {
         return new(match leaves.first() {
             Some(Value::Int(_)) => {
                 Tensor::from_i64s(&shape, leaves.iter().map(Value::as_int).collect::<FResult<_>>()?)?
@@ -183,7 +189,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Full => {
             let s = shape_arg(&arg())?;
             match arg() {
-                v if is_ad(&v) || stage::is_staged(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
+                v if symbolic(&v) => ad::tensor::call(m, TOp::BroadcastTo(s), vec![v])?,
                 v => new_full(&s, v.as_float()? as f32)?,
             }
         }
