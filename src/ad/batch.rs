@@ -555,12 +555,7 @@ pub fn clip_floats<H: Host>(m: &mut H, x: Value, lo: f64, hi: f64) -> FResult<Va
     let clamped = call(m, TOp::Cmp(Cmp::Min), vec![h, at_lo])?;
     let w = batched(tag, w, 0, kind);
     let clamped = batched(tag, clamped, 0, kind);
-    let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
-    let kept = super::tensor::select(m, x, w.clone())?;
-    let kept = m.prim2(Prim::Mul, kept, w)?;
-    let fixed = super::tensor::select(m, clamped, rest.clone())?;
-    let fixed = m.prim2(Prim::Mul, fixed, rest)?;
-    m.prim2(Prim::Add, kept, fixed)
+    super::tensor::blend(m, x, clamped, w)
 }
 
 /// A tensor operation of the op table with an operand batched at `tag`: its batching rule.

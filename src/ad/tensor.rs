@@ -25,6 +25,18 @@ fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {
     m.prim2(Prim::Mul, a, b)
 }
 
+/// `x·w + c·(1 − w)` for a constant weight `w` in {0, ½, 1}, each side through `select` (so
+/// an infinite or NaN value on the side weighted 0 stays out): a clip's result, `c` the
+/// clamped value, with the tie's ½ at a bound.
+pub fn blend<H: Host>(m: &mut H, x: Value, c: Value, w: Value) -> FResult<Value> {
+    let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
+    let kept = select(m, x, w.clone())?;
+    let kept = m.prim2(Prim::Mul, kept, w)?;
+    let fixed = select(m, c, rest.clone())?;
+    let fixed = m.prim2(Prim::Mul, fixed, rest)?;
+    m.prim2(Prim::Add, kept, fixed)
+}
+
 /// `x` where the constant `mask` is positive, else 0 — on Floats or tensors, `x` perturbed or
 /// not. A select, not a product: where the mask is 0 an infinite or NaN `x` gives 0 (JAX's
 /// `select` in the rules of relu and `**`), so a zero local derivative stops any adjoint.

@@ -66,12 +66,7 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
         Value::Tensor(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
         _ => return Ok(c),
     };
-    let rest = m.prim2(Prim::Sub, Value::Float(1.0), w.clone())?;
-    let kept = ad::tensor::select(m, x, w.clone())?;
-    let kept = m.prim2(Prim::Mul, kept, w)?;
-    let fixed = ad::tensor::select(m, c, rest.clone())?;
-    let fixed = m.prim2(Prim::Mul, fixed, rest)?;
-    m.prim2(Prim::Add, kept, fixed)
+    ad::tensor::blend(m, x, c, w)
 }
 
 pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
