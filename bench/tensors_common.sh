@@ -16,6 +16,7 @@
 #   REFS="sys:variant …"  which reference rows to run (each script has its default)
 #   DP_RUNS=k          processes per dp measurement, median taken (default 3)
 #   DP_REPS=R          repetitions in the long dp run (each script has its default)
+#   JIT=0              no `dp jit` row (the workload's step staged, where the script has one)
 
 set -u
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -168,19 +169,29 @@ refs_available() {
 # run_dp_rows R: times every dp binary on $PROG (dp_measure) and calls the workload's hook
 #   `dp_row LABEL HOW` with DP_LINE, DP_PER and DP_RSS set; HOW describes the timing.
 run_dp_rows() {   # R [ARGS after REPS, e.g. STEPS DTYPE]
-    local r=$1 i bin label
+    local r=$1 i
     shift
     for i in "${!DP_BINS[@]}"; do
-        bin=${DP_BINS[$i]} label=${DP_LABELS[$i]}
-        if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; continue; fi
-        note "timing $label ($bin): $DP_RUNS x (reps=1, reps=$r)"
-        if dp_measure "$bin" "$PROG" "$r" "$DATA" -- "$@"; then
-            echo "$DP_LINE" >&2
-            dp_row "$label" "(T(reps=$r) - T(reps=1)) / $((r - 1)), medians of $DP_RUNS processes"
-        else
-            note "$label FAILED"; STATUS=1
-        fi
+        dp_rows_of "${DP_BINS[$i]}" "${DP_LABELS[$i]}" "$PROG" "$r" "$@"
     done
+    # The staged row: the workload's program with its step under `jit` (JIT_PROG, set by the
+    # workload's script; JIT=0 leaves it out), on the first dp binary.
+    if [ -n "${JIT_PROG:-}" ] && [ "${JIT:-1}" != 0 ]; then
+        dp_rows_of "${DP_BINS[0]}" "${DP_LABELS[0]} jit" "$JIT_PROG" "$r" "$@"
+    fi
+}
+
+dp_rows_of() {   # BIN LABEL PROG R [ARGS after REPS]
+    local bin=$1 label=$2 prog=$3 r=$4
+    shift 4
+    if [ ! -x "$bin" ]; then note "no dp binary at $bin: $label skipped"; return 0; fi
+    note "timing $label ($bin $(basename "$prog")): $DP_RUNS x (reps=1, reps=$r)"
+    if dp_measure "$bin" "$prog" "$r" "$DATA" -- "$@"; then
+        echo "$DP_LINE" >&2
+        dp_row "$label" "(T(reps=$r) - T(reps=1)) / $((r - 1)), medians of $DP_RUNS processes"
+    else
+        note "$label FAILED"; STATUS=1
+    fi
 }
 
 # run_ref_rows SCRIPT: runs every "system:variant" of $REFS that is installed and calls the

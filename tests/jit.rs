@@ -252,3 +252,68 @@ fn native_code_agrees_with_the_executor() {
     // The staged gradient at the traced point is the machine's, to print precision.
     assert_eq!(lines[0], lines[3], "{}", native.stdout);
 }
+
+/// The reverse rule of `@` staged: `g @ bᵀ` and `aᵀ @ g` read the transposed operand in place
+/// (no `transpose` node is left), a weight used twice gathers its second contribution inside
+/// the GEMM (`+=`), and the numbers are the machine's (which runs the same kernel calls), in
+/// float32 and float64.
+#[test]
+fn staged_products_are_single_gemm_calls_with_the_machines_numbers() {
+    for dtype in ["float32", "float64"] {
+        let src = format!(
+            "let f (w, x) = sum (tanh (tanh (x @ w) @ w) * x)\n\
+             let w = astype \"{dtype}\" (tensor [[0.5, -0.25, 1.0], [0.75, 0.1, -0.6], [0.3, 0.2, -0.9]])\n\
+             let x = astype \"{dtype}\" (tensor [[0.31, -1.27, 0.83], [1.12, -0.46, 0.58], [0.2, 0.4, -0.1], [1.5, -0.3, 0.7]])\n\
+             let j = jit (value_and_grad f)\n\
+             let () = println (value_and_grad f (w, x))\n\
+             let () = println (j (w, x))\n\
+             let () = println (value_and_grad f (w * 2.0, x - 1.0))\n\
+             let () = println (j (w * 2.0, x - 1.0))\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        let has = |s: &str| ir.iter().any(|l| l.contains(s));
+        assert!(has("gemm_nt") && has("gemm_tn") && has(" += "), "{dtype}: {ir:#?}");
+        assert!(!has("transpose") && !has("= @ ") && !has("= `@` "), "{dtype}: {ir:#?}");
+    }
+}
+
+/// A weight used in many matrix–vector products (a recurrent cell): the staged backward pass
+/// sums its outer products as one product of the stacked vectors, as the machine's rule does
+/// (`OuterSums`, float32's), so the gradient is the machine's to the last bit; in float64 both
+/// add the products one by one, and agree too.
+#[test]
+fn staged_outer_products_are_summed_as_one_product() {
+    for (dtype, stacked) in [("float32", 2), ("float64", 0)] {
+        let src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let f (w, u, h0) =\n\
+             \x20 let rec go k h = if k == 0 then h else go (k - 1) (tanh (w @ h + u @ h0)) in\n\
+             \x20 sum (go 6 h0)\n\
+             let w = cast (tensor [[0.5, -0.25, 1.0], [0.75, 0.1, -0.6], [0.3, 0.2, -0.9]])\n\
+             let u = cast (tensor [[0.2, 0.4, -0.1], [1.5, -0.3, 0.7], [0.31, -1.27, 0.83]])\n\
+             let h = cast (tensor [0.3, -0.7, 0.45])\n\
+             let j = jit (value_and_grad f)\n\
+             let () = println (value_and_grad f (w, u, h))\n\
+             let () = println (j (w, u, h))\n\
+             let () = println (value_and_grad f (w * 0.5, u, h - 0.25))\n\
+             let () = println (j (w * 0.5, u, h - 0.25))\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        // w's and u's contributions: two products of stacked vectors, and no rank-1 update of
+        // a matrix left (the `gemm_nn +=` of vectors are h's adjoints).
+        let count = |s: &str| ir.iter().filter(|l| l.contains(s)).count();
+        assert_eq!(count("gemm_tn"), stacked, "{dtype}: {ir:#?}");
+        if stacked > 0 {
+            let rank1 = ir.iter().filter(|l| l.contains("gemm_nn +=") && l.ends_with("[3, 3]")).count();
+            assert_eq!(rank1, 0, "{dtype}: {ir:#?}");
+        }
+    }
+}

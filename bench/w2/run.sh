@@ -17,6 +17,7 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../tensors_common.sh"
 PROG=$HERE/mlp.dp
+JIT_PROG=$HERE/jit.dp
 REF_VALUE=2.051475525
 TOL=1e-6
 R=${DP_REPS:-6}

@@ -26,6 +26,7 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../tensors_common.sh"
 PROG=$HERE/char_rnn.dp
+JIT_PROG=$HERE/jit.dp
 REF_VALUE=1952.634933
 REF_TOL=1e-8
 FIRST3=499.9816248054

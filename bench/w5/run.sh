@@ -18,6 +18,7 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../tensors_common.sh"
 PROG=$HERE/matmul_grad.dp
+JIT_PROG=$HERE/jit.dp
 REF_VALUE=415.6228
 TOL=1e-5
 DA_SUM=-31374.60563

@@ -9,7 +9,8 @@ use super::native;
 use crate::core::Prim;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
-use crate::tensor::{cpu, TOp};
+use crate::tensor::{cpu, DType, Real, TOp, Tensor};
+use ndarray::{ArrayD, IxDyn};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -47,7 +48,73 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
             other => Err(Fault::internal(format!("staged `{u:?}` on {}", other.unwrap_or_default().type_name()))),
         },
         (Op::T(t), _) => tensor::forward(t, &args),
+        (Op::Product { tx, ty, acc }, _) => product(*tx, *ty, *acc, args),
     }
+}
+
+/// `Op::Product`: one call of the GEMM where the operands are CPU floats of one dtype (the
+/// accumulator's buffer reused when nothing else holds it), else the operations it fuses.
+fn product(tx: bool, ty: bool, acc: bool, args: Vec<Value>) -> FResult<Value> {
+    let mut args = args.into_iter();
+    let mut acc = if acc { args.next() } else { None };
+    let (x, y) = (args.next().unwrap_or_default(), args.next().unwrap_or_default());
+    if let (Value::Tensor(a), Value::Tensor(b)) = (&x, &y) {
+        let fused = match a.dtype() {
+            DType::F32 => product_real::<f32>(tx, ty, &mut acc, a, b)?,
+            DType::F64 => product_real::<f64>(tx, ty, &mut acc, a, b)?,
+            _ => None,
+        };
+        if let Some(t) = fused {
+            return Ok(tensor::wrap(t));
+        }
+    }
+    let flip = |v: Value, on: bool| if on { tensor::forward(&TOp::Transpose, &[v]) } else { Ok(v) };
+    let p = tensor::forward(&TOp::MatMul, &[flip(x, tx)?, flip(y, ty)?])?;
+    match acc {
+        Some(a) => tensor::elementwise(Prim::Add, a, p),
+        None => Ok(p),
+    }
+}
+
+/// The fused product on `T`'s CPU arrays, or None (with `acc` untouched) when an operand is
+/// of another dtype or on the GPU.
+fn product_real<T: Real>(
+    tx: bool,
+    ty: bool,
+    acc: &mut Option<Value>,
+    a: &Tensor,
+    b: &Tensor,
+) -> FResult<Option<Tensor>> {
+    let (Some(x), Some(y)) = (T::of(a), T::of(b)) else { return Ok(None) };
+    let (mut out, beta) = match acc.take() {
+        Some(Value::Tensor(t)) if T::of(&t).is_some() => {
+            // The executor moves a value into its last reader, so this is usually the only
+            // holder, and the product is added into the accumulator's own buffer.
+            let owned = Rc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone());
+            let c =
+                T::take(owned.storage).map_err(|_| Fault::internal("a fused product's accumulator changed dtype"))?;
+            (c, T::one())
+        }
+        Some(other) => {
+            *acc = Some(other);
+            return Ok(None);
+        }
+        None => {
+            let dims = |t: &ArrayD<T>, flipped: bool| match t.shape() {
+                &[r, c] => Some(if flipped { (c, r) } else { (r, c) }),
+                _ => None,
+            };
+            let shape = match (dims(x, tx), dims(y, ty)) {
+                (Some((m, _)), Some((_, n))) => vec![m, n],
+                (Some((m, _)), None) => vec![m],
+                (None, Some((_, n))) => vec![n],
+                (None, None) => return Ok(None),
+            };
+            (ArrayD::zeros(IxDyn(&shape)), T::zero())
+        }
+    };
+    cpu::product_into(&mut out, x, tx, y, ty, beta)?;
+    Ok(Some(Tensor::from_real(out)))
 }
 
 /// The last node that reads each node (`None`: nothing does), so a value is moved into its

@@ -18,6 +18,9 @@ pub enum Op {
     Un(Un),
     /// An operation of the tensor library's op table.
     T(TOp),
+    /// `x' @ y'` (operands x, y) or `acc + x' @ y'` (operands acc, x, y), where x' is x or,
+    /// with `tx`, its transpose (likewise y'): the fused products of `fuse`, one GEMM call.
+    Product { tx: bool, ty: bool, acc: bool },
 }
 
 #[derive(Clone)]
@@ -90,6 +93,11 @@ impl fmt::Display for Op {
             Op::Bin(p) => write!(f, "{}", format!("{p:?}").to_lowercase()),
             Op::Un(u) => write!(f, "{}", format!("{u:?}").to_lowercase()),
             Op::T(t) => write!(f, "{}", t.name()),
+            // BLAS's names: `gemm_nt` is x @ yᵀ; `+=` adds into the first operand.
+            Op::Product { tx, ty, acc } => {
+                let t = |on: bool| if on { 't' } else { 'n' };
+                write!(f, "gemm_{}{}{}", t(*tx), t(*ty), if *acc { " +=" } else { "" })
+            }
         }
     }
 }

@@ -16,9 +16,11 @@
 //! refused with a located error (see `refuse`).
 //!
 //! Modules: `ir` (the program), `trace` (emitting it), `opt` (simplification, common
-//! subexpressions, dead code), `exec` (running it).
+//! subexpressions, dead code), `fuse` (matrix products as single GEMM calls), `exec` (running
+//! it).
 
 pub mod exec;
+mod fuse;
 pub mod ir;
 mod native;
 pub mod opt;
@@ -330,7 +332,7 @@ impl Jit {
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let (traced_in, optimising) = (ms(started), Instant::now());
         let before = traced.work();
-        let prog = opt::optimise(traced);
+        let prog = fuse::fuse(opt::optimise(traced));
         let (optimised_in, compiling) = (ms(optimising), Instant::now());
         let plan = exec::Plan::new(prog);
         let compiled_in = ms(compiling);

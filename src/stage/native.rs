@@ -57,7 +57,7 @@ pub fn is_native(p: &Program, i: usize) -> bool {
             Op::Un(u) => UNARY.contains(u) && args.len() == 1,
             Op::T(TOp::Step | TOp::Sign) => args.len() == 1,
             Op::T(TOp::Mask) => args.len() == 2,
-            Op::T(_) => false,
+            Op::T(_) | Op::Product { .. } => false,
         }
 }
 

@@ -139,7 +139,7 @@ fn identity(op: &Op, args: &[u32], p: &Program, kind: &super::ir::Kind) -> Optio
     keeps(x).then_some(x)
 }
 
-fn dead_code(p: Program) -> Program {
+pub(super) fn dead_code(p: Program) -> Program {
     let mut live = vec![false; p.nodes.len()];
     for &o in &p.outputs {
         live[o as usize] = true;

@@ -55,16 +55,22 @@ macro_rules! with_bin {
     };
 }
 
-/// Evaluates `$body` with `$f` bound to `$op`'s definition on `$t` (`Real::un`), once per
-/// operation.
+/// Evaluates `$body` with `$f` a function item computing `$op` on any real dtype (`Real::un`),
+/// once per operation.
 macro_rules! with_un {
-    ($op:expr, $t:ty, $f:ident, $body:expr) => {
-        with_un!(@arms $op, $t, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf)
+    ($op:expr, $f:ident, $body:expr) => {
+        with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf)
     };
-    (@arms $op:expr, $t:ty, $f:ident, $body:expr; $($v:ident)*) => {
+    (@arms $op:expr, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {
             $(Un::$v => {
-                let $f = |x: $t| <$t as Real>::un(Un::$v, x);
+                // A function item, called directly in the loops of `unary_real`: a closure over
+                // `un` (whose tanh is large) stayed an outlined call per element there, so the
+                // `vmath` loops did not vectorize.
+                #[inline(always)]
+                fn $f<R: Real>(x: R) -> R {
+                    R::un(Un::$v, x)
+                }
                 $body
             })*
         }
@@ -260,14 +266,22 @@ pub fn unary(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
 }
 
 fn unary_real<T: Real>(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
-    with_un!(op, T, f, {
-        match owned::<T>(t) {
-            Ok(mut x) => {
-                update1(&mut x, f);
-                Ok(Tensor::from_real(x))
+    // Plain loops with `f` called by name (not `update1`/`fresh1`, which take a closure):
+    // only a direct call inlines the function item, and only an inlined one vectorizes.
+    with_un!(op, f, {
+        let mut x = match owned::<T>(t) {
+            Ok(x) => x,
+            Err(t) => real::<T>(&t)?.as_standard_layout().into_owned(),
+        };
+        match x.as_slice_mut() {
+            Some(s) => {
+                for v in s {
+                    *v = f(*v);
+                }
             }
-            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, f))),
+            None => x.mapv_inplace(|v| f(v)),
         }
+        Ok(Tensor::from_real(x))
     })
 }
 

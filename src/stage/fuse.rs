@@ -1,0 +1,223 @@
+//! Matrix products as the machine's own reverse rule of `@` computes them, after optimisation:
+//! - `x @ transpose y` (the adjoint `g @ bᵀ`, and `aᵀ @ g`) reads the transposed operand through
+//!   a strided view, so the executor makes no transposed copy (`Op::Product`'s `tx`/`ty`);
+//! - `acc + x' @ y'` (a gradient gathering a second contribution) computes the product into the
+//!   accumulator's buffer, `out = x' @ y' + out`, with no temporary for the product.
+//!
+//! Both are one call of the tensor library's GEMM (`cpu::product_into`), the kernel the machine
+//! calls when it runs the same reverse rule unstaged (ad/matmul.rs) — so a staged gradient is
+//! computed the way the interpreter computes it. Where the kernel cannot take the operands
+//! (another dtype, the GPU), the executor computes the unfused operations instead.
+
+use super::ir::{Kind, Node, Op, Program};
+use crate::core::Prim;
+use crate::tensor::{DType, TOp};
+
+pub fn fuse(mut p: Program) -> Program {
+    let n = p.nodes.len();
+    let mut uses = vec![0u32; n];
+    for node in &p.nodes {
+        if let Node::Apply(_, args) = node {
+            args.iter().for_each(|&a| uses[a as usize] += 1);
+        }
+    }
+    p.outputs.iter().for_each(|&o| uses[o as usize] += 1);
+    let mut changed = false;
+    for i in 0..n {
+        let fused = match &p.nodes[i] {
+            Node::Apply(Op::T(TOp::MatMul), args) if args.len() == 2 && products(&p, args[0], args[1], i) => {
+                let (x, tx) = through_transpose(&p, args[0]);
+                let (y, ty) = through_transpose(&p, args[1]);
+                Some((Op::Product { tx, ty, acc: false }, vec![x, y]))
+            }
+            Node::Apply(Op::Bin(Prim::Add), args) if args.len() == 2 => {
+                // The product is the operand read only here (IEEE addition commutes exactly).
+                let acc_of = |acc: u32, prod: u32| match &p.nodes[prod as usize] {
+                    Node::Apply(Op::Product { tx, ty, acc: false }, xy)
+                        if uses[prod as usize] == 1
+                            && p.kinds[acc as usize] == p.kinds[i]
+                            && p.kinds[prod as usize] == p.kinds[i] =>
+                    {
+                        Some((Op::Product { tx: *tx, ty: *ty, acc: true }, vec![acc, xy[0], xy[1]]))
+                    }
+                    _ => None,
+                };
+                acc_of(args[0], args[1]).or_else(|| acc_of(args[1], args[0]))
+            }
+            _ => None,
+        };
+        if let Some((op, args)) = fused {
+            if let Node::Apply(_, old) = &p.nodes[i] {
+                old.iter().for_each(|&a| uses[a as usize] -= 1);
+            }
+            args.iter().for_each(|&a| uses[a as usize] += 1);
+            p.nodes[i] = Node::Apply(op, args);
+            changed = true;
+        }
+    }
+    // The transposes and products now read by nobody go.
+    if changed {
+        outer_sums(super::opt::dead_code(p))
+    } else {
+        p
+    }
+}
+
+/// A column times a row: `(u, v)` for `reshape u [n, 1] @ reshape v [1, m]`, the form the
+/// reverse rule of a matrix–vector product gives a weight's contribution.
+fn outer(p: &Program, x: u32, y: u32) -> Option<(u32, u32)> {
+    // float32 only, as the machine's rule (another dtype's outer products it adds one by one,
+    // and so does the staged program then, to give the same numbers).
+    let reshaped = |i: u32, col: bool| match (&p.nodes[i as usize], &p.kinds[i as usize]) {
+        (Node::Apply(Op::T(TOp::Reshape(_)), a), Kind::Tensor(DType::F32, s)) if a.len() == 1 && s.len() == 2 => {
+            let unit = if col { s[1] } else { s[0] };
+            (unit == 1).then_some(i)
+        }
+        _ => None,
+    };
+    Some((reshaped(x, true)?, reshaped(y, false)?))
+}
+
+/// A weight's outer-product contributions, summed as one product, as the machine's reverse
+/// rule does (ad/matmul.rs, `OuterSums`): the chain `c₁ = u₁ ⊗ v₁` (or `acc + u₁ ⊗ v₁`),
+/// `cₖ = cₖ₋₁ + uₖ ⊗ vₖ`, each link read only by the next, becomes `[u₁ … u_K] @ [v₁; …; v_K]`
+/// (`Uᵀ V`, the vectors stacked as rows): one compute-bound GEMM instead of K rank-1 updates of
+/// the whole matrix (an RNN's weight gets one per time step).
+fn outer_sums(p: Program) -> Program {
+    let n = p.nodes.len();
+    let mut uses = vec![0u32; n];
+    for node in &p.nodes {
+        if let Node::Apply(_, args) = node {
+            args.iter().for_each(|&a| uses[a as usize] += 1);
+        }
+    }
+    p.outputs.iter().for_each(|&o| uses[o as usize] += 1);
+    // An outer-product node: its accumulator (if any) and its column and row.
+    let link = |i: usize| match &p.nodes[i] {
+        Node::Apply(Op::Product { tx: false, ty: false, acc }, args) => {
+            let (acc_arg, x, y) = if *acc { (Some(args[0]), args[1], args[2]) } else { (None, args[0], args[1]) };
+            outer(&p, x, y).map(|uv| (acc_arg, uv))
+        }
+        _ => None,
+    };
+    // Each link's chain so far: (its first link's accumulator, the columns, the rows); a link
+    // extends its accumulator's chain when that accumulator is a link read only here.
+    type Chain = (Option<u32>, Vec<u32>, Vec<u32>);
+    let mut chains: Vec<Option<Chain>> = vec![None; n];
+    let mut extended = vec![false; n];
+    for i in 0..n {
+        let Some((acc, (u, v))) = link(i) else { continue };
+        let mut chain = match acc {
+            Some(a) if uses[a as usize] == 1 && chains[a as usize].is_some() => {
+                extended[a as usize] = true;
+                chains[a as usize].take().unwrap_or_default()
+            }
+            _ => (acc, Vec::new(), Vec::new()),
+        };
+        chain.1.push(u);
+        chain.2.push(v);
+        chains[i] = Some(chain);
+    }
+    let mut ends: Vec<(usize, Chain)> = Vec::new();
+    for (i, c) in chains.into_iter().enumerate() {
+        match c {
+            Some(c) if c.1.len() >= 2 && !extended[i] => ends.push((i, c)),
+            _ => {}
+        }
+    }
+    if ends.is_empty() {
+        return p;
+    }
+    // Rebuild, each chain's last link replaced by the two concatenations and one product.
+    let Program { nodes, kinds, inputs, outputs, template } = p;
+    let mut out = Program { nodes: Vec::new(), kinds: Vec::new(), inputs, outputs: Vec::new(), template };
+    let mut to = vec![0u32; n];
+    let mut ends = ends.into_iter().peekable();
+    for (i, (node, kind)) in nodes.into_iter().zip(kinds).enumerate() {
+        let node = match ends.next_if(|(end, _)| *end == i) {
+            Some((_, (acc, cols, rows))) => {
+                // U's rows are the columns' vectors, as the machine stacks them, and the
+                // product is Uᵀ V, its call.
+                let us: Vec<u32> = cols.iter().map(|&c| row_of(&mut out, to[c as usize])).collect();
+                let u = concat(&mut out, us, 0);
+                let v = concat(&mut out, rows.iter().map(|&r| to[r as usize]).collect(), 0);
+                match acc {
+                    Some(a) => Node::Apply(Op::Product { tx: true, ty: false, acc: true }, vec![to[a as usize], u, v]),
+                    None => Node::Apply(Op::Product { tx: true, ty: false, acc: false }, vec![u, v]),
+                }
+            }
+            None => match node {
+                Node::Apply(op, mut args) => {
+                    args.iter_mut().for_each(|a| *a = to[*a as usize]);
+                    Node::Apply(op, args)
+                }
+                other => other,
+            },
+        };
+        to[i] = out.nodes.len() as u32;
+        out.nodes.push(node);
+        out.kinds.push(kind);
+    }
+    out.outputs = outputs.iter().map(|&o| to[o as usize]).collect();
+    super::opt::dead_code(out)
+}
+
+/// Appends a node giving column `col` ([n, 1]) as a row ([1, n]): the same reshape of the
+/// column's own operand.
+fn row_of(out: &mut Program, col: u32) -> u32 {
+    let (operand, kind) = match (&out.nodes[col as usize], &out.kinds[col as usize]) {
+        (Node::Apply(_, args), Kind::Tensor(d, s)) if args.len() == 1 && s.len() == 2 => {
+            (args[0], Kind::Tensor(*d, vec![1, s[0]]))
+        }
+        _ => return col,
+    };
+    let shape = match &kind {
+        Kind::Tensor(_, s) => s.clone(),
+        Kind::Float => Vec::new(),
+    };
+    out.nodes.push(Node::Apply(Op::T(TOp::Reshape(shape)), vec![operand]));
+    out.kinds.push(kind);
+    (out.nodes.len() - 1) as u32
+}
+
+/// Appends the concatenation of `parts` (tensors of one kind, as `outer` checked) along `axis`.
+fn concat(out: &mut Program, parts: Vec<u32>, axis: usize) -> u32 {
+    let kind = match &out.kinds[parts[0] as usize] {
+        Kind::Tensor(d, s) => {
+            let mut s = s.clone();
+            s[axis] = parts.len();
+            Kind::Tensor(*d, s)
+        }
+        Kind::Float => Kind::Float,
+    };
+    out.nodes.push(Node::Apply(Op::T(TOp::Concat(axis)), parts));
+    out.kinds.push(kind);
+    (out.nodes.len() - 1) as u32
+}
+
+/// Whether `a @ b` (node `at`) is a product the GEMM computes in place: float operands of
+/// one dtype, matrices or vectors, and a tensor result (a vector-by-vector product is a
+/// Float).
+fn products(p: &Program, a: u32, b: u32, at: usize) -> bool {
+    let float_tensor = |i: usize| match &p.kinds[i] {
+        Kind::Tensor(d @ (DType::F32 | DType::F64), s) if (1..=2).contains(&s.len()) => Some(*d),
+        _ => None,
+    };
+    match (float_tensor(a as usize), float_tensor(b as usize), float_tensor(at)) {
+        (Some(da), Some(db), Some(dr)) => da == db && db == dr,
+        _ => false,
+    }
+}
+
+/// `t`'s operand when `t` is the transpose of a matrix (read through a strided view instead),
+/// else `t` itself.
+fn through_transpose(p: &Program, t: u32) -> (u32, bool) {
+    match &p.nodes[t as usize] {
+        Node::Apply(Op::T(TOp::Transpose), args)
+            if args.len() == 1 && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if s.len() == 2) =>
+        {
+            (args[0], true)
+        }
+        _ => (t, false),
+    }
+}
