@@ -28,8 +28,17 @@ fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
 }
 
 pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
-    let floats: Option<Vec<f64>> = args.iter().map(|a| if let Value::Float(x) = a { Some(*x) } else { None }).collect();
-    match (op, floats.as_deref()) {
+    // Read without allocating: the tracer computes every traced node's example here.
+    let mut fs = [0.0; 2];
+    let all_floats = args.len() <= 2
+        && args.iter().zip(&mut fs).all(|(a, f)| match a {
+            Value::Float(x) => {
+                *f = *x;
+                true
+            }
+            _ => false,
+        });
+    match (op, all_floats.then_some(&fs[..args.len()])) {
         (Op::Bin(p), Some(&[x, y])) => Ok(Value::Float(float_bin(*p, x, y)?)),
         (Op::Un(u), Some(&[x])) => Ok(Value::Float(u.eval(x))),
         // The derivative rules' masks on a traced Float (on a plain Float the rules decide

@@ -47,19 +47,20 @@ impl Trace {
     /// Emits `op` on `args` (traced values of this trace, or plain Floats and tensors).
     pub fn emit(&mut self, op: Op, args: Vec<Value>) -> FResult<Value> {
         let mut ids = Vec::with_capacity(args.len());
-        let mut examples = Vec::with_capacity(args.len());
-        for a in args {
+        // The operands become their examples in place: one vector per node, not two.
+        let mut examples = args;
+        for a in examples.iter_mut() {
             match a {
                 Value::Staged(s) if s.trace == self.id => {
                     ids.push(s.node);
-                    examples.push(s.example.clone());
+                    let example = s.example.clone();
+                    *a = example;
                 }
                 Value::Staged(_) => return Err(escaped()),
-                v @ (Value::Float(_) | Value::Tensor(_)) => {
+                Value::Float(_) | Value::Tensor(_) => {
                     ids.push(self.nodes.len() as u32);
-                    self.nodes.push(Node::Const(v.clone()));
-                    self.kinds.push(Kind::of(&v));
-                    examples.push(v);
+                    self.nodes.push(Node::Const(a.clone()));
+                    self.kinds.push(Kind::of(a));
                 }
                 other => return Err(Fault::internal(format!("staging `{op}` on {}", other.type_name()))),
             }
