@@ -20,6 +20,98 @@ pub enum Op {
     T(TOp),
 }
 
+/// A node's operands. Nearly every node has one or two, so up to four are held in the node
+/// itself: a million-node trace then has no allocation per node, and the passes that walk
+/// it (the optimiser, the reroller, native compilation) read operands from the node array
+/// rather than chasing a pointer per node.
+#[derive(Clone)]
+pub struct Args(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Few(u8, [u32; 4]),
+    Many(Box<[u32]>),
+}
+
+impl Args {
+    pub fn new() -> Args {
+        Args(Repr::Few(0, [0; 4]))
+    }
+
+    pub fn push(&mut self, a: u32) {
+        match &mut self.0 {
+            Repr::Few(n, xs) if (*n as usize) < xs.len() => {
+                xs[*n as usize] = a;
+                *n += 1;
+            }
+            _ => {
+                let mut all = self.to_vec();
+                all.push(a);
+                self.0 = Repr::Many(all.into_boxed_slice());
+            }
+        }
+    }
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args::new()
+    }
+}
+
+impl std::ops::Deref for Args {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        match &self.0 {
+            Repr::Few(n, xs) => &xs[..*n as usize],
+            Repr::Many(xs) => xs,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Args {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        match &mut self.0 {
+            Repr::Few(n, xs) => &mut xs[..*n as usize],
+            Repr::Many(xs) => xs,
+        }
+    }
+}
+
+impl PartialEq for Args {
+    fn eq(&self, other: &Args) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for Args {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl FromIterator<u32> for Args {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Args {
+        let mut args = Args::new();
+        iter.into_iter().for_each(|a| args.push(a));
+        args
+    }
+}
+
+impl From<Vec<u32>> for Args {
+    fn from(v: Vec<u32>) -> Args {
+        v.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Args {
+    type Item = &'a u32;
+    type IntoIter = std::slice::Iter<'a, u32>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 #[derive(Clone)]
 pub enum Node {
     /// The k-th Float or tensor leaf of the argument, in the signature's order.
@@ -27,7 +119,7 @@ pub enum Node {
     /// A Float or tensor the trace met as a plain value (a literal, a captured value, a zero
     /// the derivative rules made).
     Const(Value),
-    Apply(Op, Vec<u32>),
+    Apply(Op, Args),
 }
 
 #[derive(Clone, PartialEq)]

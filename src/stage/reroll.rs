@@ -190,7 +190,7 @@ mod tests {
     use crate::runtime::value::Value;
 
     fn bin(p: Prim, a: u32, b: u32) -> Node {
-        Node::Apply(Op::Bin(p), vec![a, b])
+        Node::Apply(Op::Bin(p), vec![a, b].into())
     }
 
     /// Every loop reproduces the unrolled nodes it replaces, and the pieces cover the range.

@@ -5,7 +5,7 @@
 //! operations' own rules.
 
 use super::exec;
-use super::ir::{Kind, Node, Op, Program, Template};
+use super::ir::{Args, Kind, Node, Op, Program, Template};
 use crate::runtime::perturbed::is_ad;
 use crate::runtime::staged::Staged;
 use crate::runtime::value::{RecordVal, Value};
@@ -46,7 +46,7 @@ impl Trace {
 
     /// Emits `op` on `args` (traced values of this trace, or plain Floats and tensors).
     pub fn emit(&mut self, op: Op, args: Vec<Value>) -> FResult<Value> {
-        let mut ids = Vec::with_capacity(args.len());
+        let mut ids = Args::new();
         // The operands become their examples in place: one vector per node, not two.
         let mut examples = args;
         for a in examples.iter_mut() {
