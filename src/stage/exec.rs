@@ -43,9 +43,9 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
         (Op::Un(u), Some(&[x])) => Ok(Value::Float(u.eval(x))),
         // The derivative rules' masks on a traced Float (on a plain Float the rules decide
         // them directly, as the scalar rules in ad/rules.rs do; these are those decisions).
-        (Op::T(TOp::Step), Some(&[x])) => Ok(Value::Float(if x > 0.0 { 1.0 } else { 0.0 })),
-        (Op::T(TOp::Sign), Some(&[x])) => Ok(Value::Float(if x >= 0.0 { 1.0 } else { -1.0 })),
-        (Op::T(TOp::Mask), Some(&[x, mask])) => Ok(Value::Float(if mask > 0.0 { x } else { 0.0 })),
+        (Op::T(t), Some(&[x])) if **t == TOp::Step => Ok(Value::Float(if x > 0.0 { 1.0 } else { 0.0 })),
+        (Op::T(t), Some(&[x])) if **t == TOp::Sign => Ok(Value::Float(if x >= 0.0 { 1.0 } else { -1.0 })),
+        (Op::T(t), Some(&[x, mask])) if **t == TOp::Mask => Ok(Value::Float(if mask > 0.0 { x } else { 0.0 })),
         (Op::Bin(p), _) => {
             let mut args = args.into_iter();
             let (a, b) = (args.next().unwrap_or_default(), args.next().unwrap_or_default());

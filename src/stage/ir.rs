@@ -16,12 +16,13 @@ pub enum Op {
     Bin(Prim),
     /// A math function on every element (or on a Float).
     Un(Un),
-    /// An operation of the tensor library's op table.
-    T(TOp),
+    /// An operation of the tensor library's op table (boxed: its parameters would make
+    /// every node of a scalar trace twice the size).
+    T(Box<TOp>),
 }
 
 /// A node's operands. Nearly every node has one or two, so up to four are held in the node
-/// itself: a million-node trace then has no allocation per node, and the passes that walk
+/// itself (three; more are rare, and behind a pointer): a million-node trace then has no allocation per node, and the passes that walk
 /// it (the optimiser, the reroller, native compilation) read operands from the node array
 /// rather than chasing a pointer per node.
 #[derive(Clone)]
@@ -29,13 +30,14 @@ pub struct Args(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Few(u8, [u32; 4]),
-    Many(Box<[u32]>),
+    Few(u8, [u32; 3]),
+    /// Boxed twice, so that the node stays 32 bytes (a `Box<[u32]>` is two words).
+    Many(Box<Vec<u32>>),
 }
 
 impl Args {
     pub fn new() -> Args {
-        Args(Repr::Few(0, [0; 4]))
+        Args(Repr::Few(0, [0; 3]))
     }
 
     pub fn push(&mut self, a: u32) {
@@ -47,7 +49,7 @@ impl Args {
             _ => {
                 let mut all = self.to_vec();
                 all.push(a);
-                self.0 = Repr::Many(all.into_boxed_slice());
+                self.0 = Repr::Many(Box::new(all));
             }
         }
     }
@@ -112,6 +114,10 @@ impl<'a> IntoIterator for &'a Args {
     }
 }
 
+// Traces run to millions of nodes: their size is most of a first call's memory traffic.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Node>() == 32 && std::mem::size_of::<Kind>() == 24);
+
 #[derive(Clone)]
 pub enum Node {
     /// The k-th Float or tensor leaf of the argument, in the signature's order.
@@ -125,13 +131,13 @@ pub enum Node {
 #[derive(Clone, PartialEq)]
 pub enum Kind {
     Float,
-    Tensor(DType, Vec<usize>),
+    Tensor(DType, Box<[usize]>),
 }
 
 impl Kind {
     pub fn of(v: &Value) -> Kind {
         match v {
-            Value::Tensor(t) => Kind::Tensor(t.dtype(), t.shape().to_vec()),
+            Value::Tensor(t) => Kind::Tensor(t.dtype(), t.shape().into()),
             _ => Kind::Float,
         }
     }

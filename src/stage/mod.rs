@@ -399,6 +399,6 @@ impl Jit {
 
     /// A tensor operation with a traced operand.
     pub fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value> {
-        self.trace()?.emit(Op::T(op.clone()), args.to_vec())
+        self.trace()?.emit(Op::T(Box::new(op.clone())), args.to_vec())
     }
 }

@@ -55,9 +55,11 @@ pub fn is_native(p: &Program, i: usize) -> bool {
         && match op {
             Op::Bin(b) => matches!(b, Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow) && args.len() == 2,
             Op::Un(u) => UNARY.contains(u) && args.len() == 1,
-            Op::T(TOp::Step | TOp::Sign) => args.len() == 1,
-            Op::T(TOp::Mask) => args.len() == 2,
-            Op::T(_) => false,
+            Op::T(t) => match **t {
+                TOp::Step | TOp::Sign => args.len() == 1,
+                TOp::Mask => args.len() == 2,
+                _ => false,
+            },
         }
 }
 
@@ -451,8 +453,8 @@ impl Emitter<'_, '_> {
                 self.b.inst_results(call)[0]
             }
             // The masks, as exec::apply decides them on Floats (NaN compares false).
-            (Op::T(TOp::Step), &[x]) => self.pick(FloatCC::GreaterThan, x, 1.0, 0.0),
-            (Op::T(TOp::Sign), &[x]) => self.pick(FloatCC::GreaterThanOrEqual, x, 1.0, -1.0),
+            (Op::T(t), &[x]) if **t == TOp::Step => self.pick(FloatCC::GreaterThan, x, 1.0, 0.0),
+            (Op::T(t), &[x]) if **t == TOp::Sign => self.pick(FloatCC::GreaterThanOrEqual, x, 1.0, -1.0),
             (Op::T(_), &[x, mask]) => {
                 let zero = self.constant(0.0);
                 let on = self.b.ins().fcmp(FloatCC::GreaterThan, mask, zero);
