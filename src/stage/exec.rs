@@ -16,7 +16,7 @@ use std::rc::Rc;
 /// One operation on plain Floats and tensors.
 /// The machine's own Float arithmetic (Machine::prim2), operation for operation.
 #[inline]
-fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
+pub(super) fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
     Ok(match p {
         Prim::Add => x + y,
         Prim::Sub => x - y,

@@ -45,11 +45,10 @@ impl Trace {
     }
 
     /// Emits `op` on `args` (traced values of this trace, or plain Floats and tensors).
-    pub fn emit(&mut self, op: Op, args: Vec<Value>) -> FResult<Value> {
+    pub fn emit<A: AsMut<[Value]> + Into<Vec<Value>>>(&mut self, op: Op, mut args: A) -> FResult<Value> {
         let mut ids = Args::new();
-        // The operands become their examples in place: one vector per node, not two.
-        let mut examples = args;
-        for a in examples.iter_mut() {
+        // The operands become their examples in place.
+        for a in args.as_mut() {
             match a {
                 Value::Staged(s) if s.trace == self.id => {
                     ids.push(s.node);
@@ -65,7 +64,13 @@ impl Trace {
                 other => return Err(Fault::internal(format!("staging `{op}` on {}", other.type_name()))),
             }
         }
-        let y = exec::apply(&op, examples)?;
+        let y = match (&op, args.as_mut()) {
+            // Nearly every node of a scalar trace: the executor's own Float arithmetic,
+            // without the vector `apply` takes (a million nodes, a million allocations).
+            (Op::Bin(p), [Value::Float(x), Value::Float(y)]) => Value::Float(exec::float_bin(*p, *x, *y)?),
+            (Op::Un(u), [Value::Float(x)]) => Value::Float(u.eval(*x)),
+            _ => exec::apply(&op, args.into())?,
+        };
         Ok(self.push(Node::Apply(op, ids), y))
     }
 
