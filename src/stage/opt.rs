@@ -33,7 +33,7 @@ pub fn optimise(mut p: Program) -> Program {
 /// program (a captured weight, a constant) has as many readers as the program has
 /// iterations: searching them all would make the pass quadratic, so the readers beyond
 /// these go to a hash table (`Seen::hot`), which only such values pay for.
-const LISTED: u32 = 16;
+const LISTED: u8 = 16;
 const NONE: u32 = u32::MAX;
 
 /// The Firefox hash (as rustc's FxHasher): one multiply per word, ample for these keys.
@@ -92,7 +92,7 @@ struct Seen {
     /// one after `r`, up to `LISTED` of them; `listed[a]`: how many there are.
     first: Vec<u32>,
     then: Vec<u32>,
-    listed: Vec<u32>,
+    listed: Vec<u8>,
     hot: FxMap<Key>,
 }
 
@@ -155,16 +155,20 @@ fn simplify(p: &mut Program) {
     // which the loop has already read.
     let mut to: Vec<u32> = Vec::with_capacity(n);
     let mut seen = Seen::new(n);
+    // Whether each kept node is a constant.
+    let mut constants: Vec<bool> = Vec::with_capacity(n);
     let mut kept = 0usize;
     for i in 0..n {
         let node = std::mem::replace(&mut p.nodes[i], Node::Input(0));
         let kind = std::mem::replace(&mut p.kinds[i], Kind::Float);
         let (nodes, kinds) = (&p.nodes[..kept], &p.kinds[..kept]);
+        // Operands are read through `constants` first: in a backward pass they lie far back,
+        // and reading each node would be a cache miss per operand.
+        let constant = |&a: &u32| constants[a as usize];
         let node = match node {
             Node::Apply(op, mut args) => {
                 // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
-                let constant = |&a: &u32| matches!(nodes[a as usize], Node::Const(_));
                 let folded = match args.iter().all(constant) {
                     true => {
                         let values = args
@@ -180,7 +184,7 @@ fn simplify(p: &mut Program) {
                 };
                 if let Some(v) = folded {
                     Node::Const(v)
-                } else if let Some(x) = identity(&op, &args, nodes, kinds, &kind) {
+                } else if let Some(x) = identity(&op, &args, nodes, kinds, &constants, &kind) {
                     to.push(x);
                     continue;
                 } else {
@@ -193,6 +197,7 @@ fn simplify(p: &mut Program) {
             to.push(earlier);
             continue;
         }
+        constants.push(matches!(node, Node::Const(_)));
         p.nodes[kept] = node;
         p.kinds[kept] = kind;
         to.push(kept as u32);
@@ -204,8 +209,9 @@ fn simplify(p: &mut Program) {
 }
 
 /// The operand an identity operation returns unchanged, when its kind is the result's.
-fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], kind: &Kind) -> Option<u32> {
-    let is = |i: u32, c: f64| matches!(&nodes[i as usize], Node::Const(Value::Float(x)) if *x == c);
+fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], constants: &[bool], kind: &Kind) -> Option<u32> {
+    let is =
+        |i: u32, c: f64| constants[i as usize] && matches!(&nodes[i as usize], Node::Const(Value::Float(x)) if *x == c);
     let keeps = |i: u32| &kinds[i as usize] == kind;
     let (a, b) = match args {
         [a, b] => (*a, *b),
