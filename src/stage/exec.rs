@@ -38,7 +38,7 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
             }
             _ => false,
         });
-    match (op, all_floats.then_some(&fs[..args.len()])) {
+    match (op, all_floats.then(|| &fs[..args.len()])) {
         (Op::Bin(p), Some(&[x, y])) => Ok(Value::Float(float_bin(*p, x, y)?)),
         (Op::Un(u), Some(&[x])) => Ok(Value::Float(u.eval(x))),
         // The derivative rules' masks on a traced Float (on a plain Float the rules decide
