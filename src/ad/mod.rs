@@ -529,22 +529,13 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
         });
         return Ok(());
     }
-    let target_is_tensor = is_tensor(&cell.primal);
-    let have_tensor = is_tensor(&contribution);
-    let (want, have) = (shape_of(&cell.primal), shape_of(&contribution));
-    let contribution = match (target_is_tensor, have_tensor) {
-        (false, true) => tensor::call(m, TOp::Sum, vec![contribution])?,
-        (true, false) => tensor::call(m, TOp::BroadcastTo(want), vec![contribution])?,
-        (true, true) if want != have => tensor::call(m, TOp::SumTo(want), vec![contribution])?,
-        _ => contribution,
-    };
-    // An adjoint has its primal's floating dtype: a float64 input's gradient is computed and
-    // returned in float64 even where a rule made a float32 constant (a broadcast Float).
-    let contribution = match (dtype_of(&cell.primal), dtype_of(&contribution)) {
-        (Some(want), Some(have)) if want != have && want.is_float() => {
-            tensor::call(m, TOp::AsType(want), vec![contribution])?
-        }
-        _ => contribution,
+    // A traced Float (a `grad` inside a `jit`) meets a Float or a traced one: no shapes or
+    // dtypes to reconcile either, and `in_kind_of` would walk each value five times to find
+    // that, once per traced operation.
+    let scalar = |v: &Value| matches!(v, Value::Float(_)) || matches!(v, Value::Staged(s) if s.tensor().is_none());
+    let contribution = match scalar(&cell.primal) && scalar(&contribution) {
+        true => contribution,
+        false => in_kind_of(m, &cell.primal, contribution)?,
     };
     let old = cell.adj.borrow_mut().take();
     let new = match old {
@@ -553,6 +544,27 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
     };
     *cell.adj.borrow_mut() = Some(new);
     Ok(())
+}
+
+/// An adjoint contribution in its primal's kind (Float or tensor), shape and dtype.
+fn in_kind_of<H: Host>(m: &mut H, primal: &Value, contribution: Value) -> FResult<Value> {
+    let target_is_tensor = is_tensor(primal);
+    let have_tensor = is_tensor(&contribution);
+    let (want, have) = (shape_of(primal), shape_of(&contribution));
+    let contribution = match (target_is_tensor, have_tensor) {
+        (false, true) => tensor::call(m, TOp::Sum, vec![contribution])?,
+        (true, false) => tensor::call(m, TOp::BroadcastTo(want), vec![contribution])?,
+        (true, true) if want != have => tensor::call(m, TOp::SumTo(want), vec![contribution])?,
+        _ => contribution,
+    };
+    // An adjoint has its primal's floating dtype: a float64 input's gradient is computed and
+    // returned in float64 even where a rule made a float32 constant (a broadcast Float).
+    Ok(match (dtype_of(primal), dtype_of(&contribution)) {
+        (Some(want), Some(have)) if want != have && want.is_float() => {
+            tensor::call(m, TOp::AsType(want), vec![contribution])?
+        }
+        _ => contribution,
+    })
 }
 
 /// Where a backward pass stands when it stops: finished with the `grad`'s result, or paused at

@@ -17,7 +17,7 @@ use std::rc::Rc;
 /// One operation on plain Floats and tensors.
 /// The machine's own Float arithmetic (Machine::prim2), operation for operation.
 #[inline]
-fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
+pub(super) fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
     Ok(match p {
         Prim::Add => x + y,
         Prim::Sub => x - y,
@@ -29,15 +29,24 @@ fn float_bin(p: Prim, x: f64, y: f64) -> FResult<f64> {
 }
 
 pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
-    let floats: Option<Vec<f64>> = args.iter().map(|a| if let Value::Float(x) = a { Some(*x) } else { None }).collect();
-    match (op, floats.as_deref()) {
+    // Read without allocating: the tracer computes every traced node's example here.
+    let mut fs = [0.0; 2];
+    let all_floats = args.len() <= 2
+        && args.iter().zip(&mut fs).all(|(a, f)| match a {
+            Value::Float(x) => {
+                *f = *x;
+                true
+            }
+            _ => false,
+        });
+    match (op, all_floats.then(|| &fs[..args.len()])) {
         (Op::Bin(p), Some(&[x, y])) => Ok(Value::Float(float_bin(*p, x, y)?)),
         (Op::Un(u), Some(&[x])) => Ok(Value::Float(u.eval(x))),
         // The derivative rules' masks on a traced Float (on a plain Float the rules decide
         // them directly, as the scalar rules in ad/rules.rs do; these are those decisions).
-        (Op::T(TOp::Step), Some(&[x])) => Ok(Value::Float(if x > 0.0 { 1.0 } else { 0.0 })),
-        (Op::T(TOp::Sign), Some(&[x])) => Ok(Value::Float(if x >= 0.0 { 1.0 } else { -1.0 })),
-        (Op::T(TOp::Mask), Some(&[x, mask])) => Ok(Value::Float(if mask > 0.0 { x } else { 0.0 })),
+        (Op::T(t), Some(&[x])) if **t == TOp::Step => Ok(Value::Float(if x > 0.0 { 1.0 } else { 0.0 })),
+        (Op::T(t), Some(&[x])) if **t == TOp::Sign => Ok(Value::Float(if x >= 0.0 { 1.0 } else { -1.0 })),
+        (Op::T(t), Some(&[x, mask])) if **t == TOp::Mask => Ok(Value::Float(if mask > 0.0 { x } else { 0.0 })),
         (Op::Bin(p), _) => {
             let mut args = args.into_iter();
             let (a, b) = (args.next().unwrap_or_default(), args.next().unwrap_or_default());

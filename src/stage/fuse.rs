@@ -9,7 +9,7 @@
 //! computed the way the interpreter computes it. Where the kernel cannot take the operands
 //! (another dtype, the GPU), the executor computes the unfused operations instead.
 
-use super::ir::{Kind, Node, Op, Program};
+use super::ir::{Args, Kind, Node, Op, Program};
 use crate::core::Prim;
 use crate::tensor::{DType, TOp};
 
@@ -25,10 +25,12 @@ pub fn fuse(mut p: Program) -> Program {
     let mut changed = false;
     for i in 0..n {
         let fused = match &p.nodes[i] {
-            Node::Apply(Op::T(TOp::MatMul), args) if args.len() == 2 && products(&p, args[0], args[1], i) => {
+            Node::Apply(Op::T(t), args)
+                if **t == TOp::MatMul && args.len() == 2 && products(&p, args[0], args[1], i) =>
+            {
                 let (x, tx) = through_transpose(&p, args[0]);
                 let (y, ty) = through_transpose(&p, args[1]);
-                Some((Op::Product { tx, ty, acc: false }, vec![x, y]))
+                Some((Op::Product { tx, ty, acc: false }, Args::from(vec![x, y])))
             }
             Node::Apply(Op::Bin(Prim::Add), args) if args.len() == 2 => {
                 // The product is the operand read only here (IEEE addition commutes exactly).
@@ -38,7 +40,7 @@ pub fn fuse(mut p: Program) -> Program {
                             && p.kinds[acc as usize] == p.kinds[i]
                             && p.kinds[prod as usize] == p.kinds[i] =>
                     {
-                        Some((Op::Product { tx: *tx, ty: *ty, acc: true }, vec![acc, xy[0], xy[1]]))
+                        Some((Op::Product { tx: *tx, ty: *ty, acc: true }, Args::from(vec![acc, xy[0], xy[1]])))
                     }
                     _ => None,
                 };
@@ -57,7 +59,8 @@ pub fn fuse(mut p: Program) -> Program {
     }
     // The transposes and products now read by nobody go.
     if changed {
-        outer_sums(super::opt::dead_code(p))
+        super::opt::dead_code(&mut p);
+        outer_sums(p)
     } else {
         p
     }
@@ -69,7 +72,9 @@ fn outer(p: &Program, x: u32, y: u32) -> Option<(u32, u32)> {
     // float32 only, as the machine's rule (another dtype's outer products it adds one by one,
     // and so does the staged program then, to give the same numbers).
     let reshaped = |i: u32, col: bool| match (&p.nodes[i as usize], &p.kinds[i as usize]) {
-        (Node::Apply(Op::T(TOp::Reshape(_)), a), Kind::Tensor(DType::F32, s)) if a.len() == 1 && s.len() == 2 => {
+        (Node::Apply(Op::T(t), a), Kind::Tensor(DType::F32, s))
+            if matches!(**t, TOp::Reshape(_)) && a.len() == 1 && s.len() == 2 =>
+        {
             let unit = if col { s[1] } else { s[0] };
             (unit == 1).then_some(i)
         }
@@ -142,8 +147,10 @@ fn outer_sums(p: Program) -> Program {
                 let u = concat(&mut out, us, 0);
                 let v = concat(&mut out, rows.iter().map(|&r| to[r as usize]).collect(), 0);
                 match acc {
-                    Some(a) => Node::Apply(Op::Product { tx: true, ty: false, acc: true }, vec![to[a as usize], u, v]),
-                    None => Node::Apply(Op::Product { tx: true, ty: false, acc: false }, vec![u, v]),
+                    Some(a) => {
+                        Node::Apply(Op::Product { tx: true, ty: false, acc: true }, vec![to[a as usize], u, v].into())
+                    }
+                    None => Node::Apply(Op::Product { tx: true, ty: false, acc: false }, vec![u, v].into()),
                 }
             }
             None => match node {
@@ -159,7 +166,8 @@ fn outer_sums(p: Program) -> Program {
         out.kinds.push(kind);
     }
     out.outputs = outputs.iter().map(|&o| to[o as usize]).collect();
-    super::opt::dead_code(out)
+    super::opt::dead_code(&mut out);
+    out
 }
 
 /// Appends a node giving column `col` ([n, 1]) as a row ([1, n]): the same reshape of the
@@ -167,15 +175,15 @@ fn outer_sums(p: Program) -> Program {
 fn row_of(out: &mut Program, col: u32) -> u32 {
     let (operand, kind) = match (&out.nodes[col as usize], &out.kinds[col as usize]) {
         (Node::Apply(_, args), Kind::Tensor(d, s)) if args.len() == 1 && s.len() == 2 => {
-            (args[0], Kind::Tensor(*d, vec![1, s[0]]))
+            (args[0], Kind::Tensor(*d, vec![1, s[0]].into()))
         }
         _ => return col,
     };
     let shape = match &kind {
-        Kind::Tensor(_, s) => s.clone(),
+        Kind::Tensor(_, s) => s.to_vec(),
         Kind::Float => Vec::new(),
     };
-    out.nodes.push(Node::Apply(Op::T(TOp::Reshape(shape)), vec![operand]));
+    out.nodes.push(Node::Apply(Op::T(Box::new(TOp::Reshape(shape))), vec![operand].into()));
     out.kinds.push(kind);
     (out.nodes.len() - 1) as u32
 }
@@ -190,7 +198,7 @@ fn concat(out: &mut Program, parts: Vec<u32>, axis: usize) -> u32 {
         }
         Kind::Float => Kind::Float,
     };
-    out.nodes.push(Node::Apply(Op::T(TOp::Concat(axis)), parts));
+    out.nodes.push(Node::Apply(Op::T(Box::new(TOp::Concat(axis))), parts.into()));
     out.kinds.push(kind);
     (out.nodes.len() - 1) as u32
 }
@@ -213,8 +221,10 @@ fn products(p: &Program, a: u32, b: u32, at: usize) -> bool {
 /// else `t` itself.
 fn through_transpose(p: &Program, t: u32) -> (u32, bool) {
     match &p.nodes[t as usize] {
-        Node::Apply(Op::T(TOp::Transpose), args)
-            if args.len() == 1 && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if s.len() == 2) =>
+        Node::Apply(Op::T(op), args)
+            if **op == TOp::Transpose
+                && args.len() == 1
+                && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if s.len() == 2) =>
         {
             (args[0], true)
         }

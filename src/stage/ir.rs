@@ -16,12 +16,110 @@ pub enum Op {
     Bin(Prim),
     /// A math function on every element (or on a Float).
     Un(Un),
-    /// An operation of the tensor library's op table.
-    T(TOp),
+    /// An operation of the tensor library's op table (boxed: its parameters would make
+    /// every node of a scalar trace twice the size).
+    T(Box<TOp>),
     /// `x' @ y'` (operands x, y) or `acc + x' @ y'` (operands acc, x, y), where x' is x or,
     /// with `tx`, its transpose (likewise y'): the fused products of `fuse`, one GEMM call.
     Product { tx: bool, ty: bool, acc: bool },
 }
+
+/// A node's operands. Nearly every node has one or two, so up to four are held in the node
+/// itself (three; more are rare, and behind a pointer): a million-node trace then has no allocation per node, and the passes that walk
+/// it (the optimiser, the reroller, native compilation) read operands from the node array
+/// rather than chasing a pointer per node.
+#[derive(Clone)]
+pub struct Args(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Few(u8, [u32; 3]),
+    /// Boxed twice, so that the node stays 32 bytes (a `Box<[u32]>` is two words).
+    Many(Box<Vec<u32>>),
+}
+
+impl Args {
+    pub fn new() -> Args {
+        Args(Repr::Few(0, [0; 3]))
+    }
+
+    pub fn push(&mut self, a: u32) {
+        match &mut self.0 {
+            Repr::Few(n, xs) if (*n as usize) < xs.len() => {
+                xs[*n as usize] = a;
+                *n += 1;
+            }
+            _ => {
+                let mut all = self.to_vec();
+                all.push(a);
+                self.0 = Repr::Many(Box::new(all));
+            }
+        }
+    }
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args::new()
+    }
+}
+
+impl std::ops::Deref for Args {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        match &self.0 {
+            Repr::Few(n, xs) => &xs[..*n as usize],
+            Repr::Many(xs) => xs,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Args {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        match &mut self.0 {
+            Repr::Few(n, xs) => &mut xs[..*n as usize],
+            Repr::Many(xs) => xs,
+        }
+    }
+}
+
+impl PartialEq for Args {
+    fn eq(&self, other: &Args) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for Args {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl FromIterator<u32> for Args {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Args {
+        let mut args = Args::new();
+        iter.into_iter().for_each(|a| args.push(a));
+        args
+    }
+}
+
+impl From<Vec<u32>> for Args {
+    fn from(v: Vec<u32>) -> Args {
+        v.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Args {
+    type Item = &'a u32;
+    type IntoIter = std::slice::Iter<'a, u32>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+// Traces run to millions of nodes: their size is most of a first call's memory traffic.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Node>() == 32 && std::mem::size_of::<Kind>() == 16);
 
 #[derive(Clone)]
 pub enum Node {
@@ -30,19 +128,20 @@ pub enum Node {
     /// A Float or tensor the trace met as a plain value (a literal, a captured value, a zero
     /// the derivative rules made).
     Const(Value),
-    Apply(Op, Vec<u32>),
+    Apply(Op, Args),
 }
 
 #[derive(Clone, PartialEq)]
 pub enum Kind {
     Float,
-    Tensor(DType, Vec<usize>),
+    /// The shape boxed twice, so that a kind is two words (a trace's Floats carry one each).
+    Tensor(DType, Box<Vec<usize>>),
 }
 
 impl Kind {
     pub fn of(v: &Value) -> Kind {
         match v {
-            Value::Tensor(t) => Kind::Tensor(t.dtype(), t.shape().to_vec()),
+            Value::Tensor(t) => Kind::Tensor(t.dtype(), Box::new(t.shape().to_vec())),
             _ => Kind::Float,
         }
     }

@@ -391,16 +391,16 @@ impl Jit {
 
     /// `a p b` with a traced operand.
     pub fn binary(&mut self, p: crate::core::Prim, a: Value, b: Value) -> FResult<Value> {
-        self.trace()?.emit(Op::Bin(p), vec![a, b])
+        self.trace()?.emit(Op::Bin(p), [a, b])
     }
 
     /// A math function of a traced value.
     pub fn unary(&mut self, op: Un, x: Value) -> FResult<Value> {
-        self.trace()?.emit(Op::Un(op), vec![x])
+        self.trace()?.emit(Op::Un(op), [x])
     }
 
     /// A tensor operation with a traced operand.
     pub fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value> {
-        self.trace()?.emit(Op::T(op.clone()), args.to_vec())
+        self.trace()?.emit(Op::T(Box::new(op.clone())), args.to_vec())
     }
 }

@@ -34,13 +34,31 @@ const FUNCTION_NODES: usize = 2048;
 /// A compiled function: computes its nodes into the slot array.
 pub type NativeFn = unsafe extern "C" fn(*mut f64);
 
-/// The math functions native code calls, by their index here (`un_call`'s first argument).
+/// The math functions native code calls (by their index here, `UN_FNS`).
 const UNARY: [Un; 12] =
     [Un::Neg, Un::Sin, Un::Cos, Un::Tan, Un::Exp, Un::Log, Un::Sqrt, Un::Tanh, Un::Sigmoid, Un::Relu, Un::Abs, Un::Erf];
 
-extern "C" fn un_call(code: u32, x: f64) -> f64 {
-    UNARY[code as usize].eval(x)
+/// `UNARY[K]`, the interpreter's own `Un::eval`, as an entry point of its own: native code
+/// calls the function directly rather than one entry point that dispatches on a code (a
+/// staged W1 makes 200,000 of these calls per run).
+extern "C" fn un_fn<const K: usize>(x: f64) -> f64 {
+    UNARY[K].eval(x)
 }
+
+const UN_FNS: [extern "C" fn(f64) -> f64; 12] = [
+    un_fn::<0>,
+    un_fn::<1>,
+    un_fn::<2>,
+    un_fn::<3>,
+    un_fn::<4>,
+    un_fn::<5>,
+    un_fn::<6>,
+    un_fn::<7>,
+    un_fn::<8>,
+    un_fn::<9>,
+    un_fn::<10>,
+    un_fn::<11>,
+];
 
 extern "C" fn pow_call(x: f64, y: f64) -> f64 {
     x.powf(y)
@@ -55,9 +73,12 @@ pub fn is_native(p: &Program, i: usize) -> bool {
         && match op {
             Op::Bin(b) => matches!(b, Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow) && args.len() == 2,
             Op::Un(u) => UNARY.contains(u) && args.len() == 1,
-            Op::T(TOp::Step | TOp::Sign) => args.len() == 1,
-            Op::T(TOp::Mask) => args.len() == 2,
-            Op::T(_) | Op::Product { .. } => false,
+            Op::T(t) => match **t {
+                TOp::Step | TOp::Sign => args.len() == 1,
+                TOp::Mask => args.len() == 2,
+                _ => false,
+            },
+            Op::Product { .. } => false,
         }
 }
 
@@ -102,7 +123,7 @@ pub fn compile(p: &Program, runs: &[(usize, usize)]) -> Result<(Code, Vec<(usize
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(ptr));
     let mut un_sig = module.make_signature();
-    un_sig.params.extend([AbiParam::new(types::I32), AbiParam::new(types::F64)]);
+    un_sig.params.push(AbiParam::new(types::F64));
     un_sig.returns.push(AbiParam::new(types::F64));
     let mut pow_sig = module.make_signature();
     pow_sig.params.extend([AbiParam::new(types::F64), AbiParam::new(types::F64)]);
@@ -445,14 +466,13 @@ impl Emitter<'_, '_> {
             (Op::Un(Un::Sqrt), &[x]) => self.b.ins().sqrt(x),
             (Op::Un(u), &[x]) => {
                 let code = UNARY.iter().position(|v| v == u).unwrap_or_default();
-                let code = self.b.ins().iconst(types::I32, code as i64);
-                let f = self.b.ins().iconst(self.ptr, un_call as *const () as i64);
-                let call = self.b.ins().call_indirect(self.un, f, &[code, x]);
+                let f = self.b.ins().iconst(self.ptr, UN_FNS[code] as *const () as i64);
+                let call = self.b.ins().call_indirect(self.un, f, &[x]);
                 self.b.inst_results(call)[0]
             }
             // The masks, as exec::apply decides them on Floats (NaN compares false).
-            (Op::T(TOp::Step), &[x]) => self.pick(FloatCC::GreaterThan, x, 1.0, 0.0),
-            (Op::T(TOp::Sign), &[x]) => self.pick(FloatCC::GreaterThanOrEqual, x, 1.0, -1.0),
+            (Op::T(t), &[x]) if **t == TOp::Step => self.pick(FloatCC::GreaterThan, x, 1.0, 0.0),
+            (Op::T(t), &[x]) if **t == TOp::Sign => self.pick(FloatCC::GreaterThanOrEqual, x, 1.0, -1.0),
             (Op::T(_), &[x, mask]) => {
                 let zero = self.constant(0.0);
                 let on = self.b.ins().fcmp(FloatCC::GreaterThan, mask, zero);

@@ -6,9 +6,16 @@
 //!   operands, or the same constant) is that node;
 //! - dead code: nodes no output reaches are dropped (a `grad`'s partials of inputs whose
 //!   adjoint is never read, the primal result `grad` discards).
+//!
+//! Traces run to millions of nodes (W1's is 1.35M), and compile time is part of a staged
+//! call's first run, so both passes work in place (no second copy of the program to fault in)
+//! and the common-subexpression search avoids a table over every node: the node an operation
+//! duplicates reads the same operands, so it is looked for among the readers of its latest
+//! operand — a short list of nodes made shortly before, still in cache — where a hash table
+//! of a million entries costs a cache miss per node.
 
 use super::exec;
-use super::ir::{Node, Op, Program};
+use super::ir::{Kind, Node, Op, Program};
 use crate::core::Prim;
 use crate::runtime::value::Value;
 use std::collections::hash_map::Entry;
@@ -16,39 +23,22 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
-pub fn optimise(p: Program) -> Program {
-    dead_code(simplify(p))
+pub fn optimise(mut p: Program) -> Program {
+    simplify(&mut p);
+    dead_code(&mut p);
+    p
 }
 
-/// What makes two nodes the same: a Float constant's bits, a tensor constant's identity, an
-/// operation and its operands. (Programs run to millions of nodes: the common arithmetic keys
-/// are plain numbers, hashed with `Fx`.)
-#[derive(Hash, PartialEq, Eq)]
-enum Key {
-    Float(u64),
-    Tensor(usize),
-    Bin(u8, u32, u32),
-    Un(u8, u32),
-    /// A tensor-library operation, by its written form (its parameters included); boxed, so
-    /// the common keys stay 16 bytes, which keeps the table of a million-node trace small.
-    T(Box<(String, Vec<u32>)>),
-}
-
-fn key(node: &Node) -> Option<Key> {
-    Some(match node {
-        Node::Input(_) => return None,
-        Node::Const(Value::Float(x)) => Key::Float(x.to_bits()),
-        Node::Const(Value::Tensor(t)) => Key::Tensor(Rc::as_ptr(t) as usize),
-        Node::Const(_) => return None,
-        Node::Apply(Op::Bin(p), args) if args.len() == 2 => Key::Bin(*p as u8, args[0], args[1]),
-        Node::Apply(Op::Un(u), args) if args.len() == 1 => Key::Un(*u as u8, args[0]),
-        Node::Apply(op, args) => Key::T(Box::new((format!("{op:?}"), args.clone()))),
-    })
-}
+/// How many readers of an operand are kept in its list. A value read all through the
+/// program (a captured weight, a constant) has as many readers as the program has
+/// iterations: searching them all would make the pass quadratic, so the readers beyond
+/// these go to a hash table (`Seen::hot`), which only such values pay for.
+const LISTED: u8 = 16;
+const NONE: u32 = u32::MAX;
 
 /// The Firefox hash (as rustc's FxHasher): one multiply per word, ample for these keys.
 #[derive(Default)]
-struct Fx(u64);
+pub(super) struct Fx(u64);
 
 impl Hasher for Fx {
     fn finish(&self) -> u64 {
@@ -73,26 +63,128 @@ impl Hasher for Fx {
     }
 }
 
-fn simplify(p: Program) -> Program {
-    let Program { nodes, kinds, inputs, outputs, template } = p;
-    let mut out = Program { nodes: Vec::new(), kinds: Vec::new(), inputs, outputs: Vec::new(), template };
-    // Old node → new node.
-    let mut to = Vec::with_capacity(nodes.len());
-    let mut seen: HashMap<Key, u32, BuildHasherDefault<Fx>> =
-        HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
-    for (node, kind) in nodes.into_iter().zip(kinds) {
+pub(super) type FxMap<K, V = u32> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// An operation as a hash key: the arithmetic by its enum's number, a tensor-library
+/// operation by its written form (its parameters included; boxed, so the common keys stay
+/// 16 bytes).
+#[derive(Hash, PartialEq, Eq)]
+enum Key {
+    Bin(u8, u32, u32),
+    Un(u8, u32),
+    T(Box<(String, Vec<u32>)>),
+}
+
+fn key(op: &Op, args: &[u32]) -> Key {
+    match (op, args) {
+        (Op::Bin(p), &[a, b]) => Key::Bin(*p as u8, a, b),
+        (Op::Un(u), &[a]) => Key::Un(*u as u8, a),
+        _ => Key::T(Box::new((format!("{op:?}"), args.to_vec()))),
+    }
+}
+
+/// The nodes already kept, for the common-subexpression search: constants by value (a Float's
+/// bits, a tensor's identity), operations by their latest operand's readers.
+struct Seen {
+    floats: FxMap<u64>,
+    tensors: FxMap<u64>,
+    /// `first[a]`: the first kept operation whose latest operand is `a`; `then[r]`: the next
+    /// one after `r`, up to `LISTED` of them; `listed[a]`: how many there are.
+    first: Vec<u32>,
+    then: Vec<u32>,
+    listed: Vec<u8>,
+    hot: FxMap<Key>,
+}
+
+impl Seen {
+    fn new(n: usize) -> Seen {
+        Seen {
+            floats: FxMap::default(),
+            tensors: FxMap::default(),
+            first: vec![NONE; n],
+            then: vec![NONE; n],
+            listed: vec![0; n],
+            hot: FxMap::default(),
+        }
+    }
+
+    /// The kept node equal to `node` (numbered `i` if it is kept), recording it as kept when
+    /// there is none.
+    fn find_or_add(&mut self, nodes: &[Node], node: &Node, i: u32) -> Option<u32> {
+        fn once<K: std::hash::Hash + Eq>(map: &mut FxMap<K>, k: K, i: u32) -> Option<u32> {
+            match map.entry(k) {
+                Entry::Occupied(e) => Some(*e.get()),
+                Entry::Vacant(e) => {
+                    e.insert(i);
+                    None
+                }
+            }
+        }
+        let (op, args) = match node {
+            Node::Const(Value::Float(x)) => return once(&mut self.floats, x.to_bits(), i),
+            Node::Const(Value::Tensor(t)) => return once(&mut self.tensors, Rc::as_ptr(t) as usize as u64, i),
+            Node::Input(_) | Node::Const(_) => return None,
+            Node::Apply(op, args) => (op, args),
+        };
+        let Some(&latest) = args.iter().max() else { return None };
+        let latest = latest as usize;
+        let (mut r, mut last) = (self.first[latest], NONE);
+        while r != NONE {
+            if let Node::Apply(o, a) = &nodes[r as usize] {
+                if o == op && a == args {
+                    return Some(r);
+                }
+            }
+            (last, r) = (r, self.then[r as usize]);
+        }
+        if self.listed[latest] == LISTED {
+            return once(&mut self.hot, key(op, args), i);
+        }
+        self.listed[latest] += 1;
+        match last {
+            NONE => self.first[latest] = i,
+            _ => self.then[last as usize] = i,
+        }
+        None
+    }
+}
+
+fn simplify(p: &mut Program) {
+    let n = p.nodes.len();
+    // Old node → new node. Nodes move down in place: the k-th kept node goes to index k,
+    // which the loop has already read.
+    let mut to: Vec<u32> = Vec::with_capacity(n);
+    let mut seen = Seen::new(n);
+    // Whether each kept node is a constant.
+    let mut constants: Vec<bool> = Vec::with_capacity(n);
+    let mut kept = 0usize;
+    for i in 0..n {
+        let node = std::mem::replace(&mut p.nodes[i], Node::Input(0));
+        let kind = std::mem::replace(&mut p.kinds[i], Kind::Float);
+        let (nodes, kinds) = (&p.nodes[..kept], &p.kinds[..kept]);
+        // Operands are read through `constants` first: in a backward pass they lie far back,
+        // and reading each node would be a cache miss per operand.
+        let constant = |&a: &u32| constants[a as usize];
         let node = match node {
             Node::Apply(op, mut args) => {
                 // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
-                let constant = |i: u32| match &out.nodes[i as usize] {
-                    Node::Const(v) => Some(v.clone()),
-                    _ => None,
+                let folded = match args.iter().all(constant) {
+                    true => {
+                        let values = args
+                            .iter()
+                            .map(|&a| match &nodes[a as usize] {
+                                Node::Const(v) => v.clone(),
+                                _ => Value::Unit,
+                            })
+                            .collect();
+                        exec::apply(&op, values).ok()
+                    }
+                    false => None,
                 };
-                let values: Option<Vec<Value>> = args.iter().map(|&a| constant(a)).collect();
-                if let Some(v) = values.and_then(|vs| exec::apply(&op, vs).ok()) {
+                if let Some(v) = folded {
                     Node::Const(v)
-                } else if let Some(x) = identity(&op, &args, &out, &kind) {
+                } else if let Some(x) = identity(&op, &args, nodes, kinds, &constants, &kind) {
                     to.push(x);
                     continue;
                 } else {
@@ -101,30 +193,26 @@ fn simplify(p: Program) -> Program {
             }
             other => other,
         };
-        let i = out.nodes.len() as u32;
-        if let Some(k) = key(&node) {
-            match seen.entry(k) {
-                Entry::Occupied(e) => {
-                    to.push(*e.get());
-                    continue;
-                }
-                Entry::Vacant(e) => {
-                    e.insert(i);
-                }
-            }
+        if let Some(earlier) = seen.find_or_add(nodes, &node, kept as u32) {
+            to.push(earlier);
+            continue;
         }
-        out.nodes.push(node);
-        out.kinds.push(kind);
-        to.push(i);
+        constants.push(matches!(node, Node::Const(_)));
+        p.nodes[kept] = node;
+        p.kinds[kept] = kind;
+        to.push(kept as u32);
+        kept += 1;
     }
-    out.outputs = outputs.iter().map(|&o| to[o as usize]).collect();
-    out
+    p.nodes.truncate(kept);
+    p.kinds.truncate(kept);
+    p.outputs.iter_mut().for_each(|o| *o = to[*o as usize]);
 }
 
 /// The operand an identity operation returns unchanged, when its kind is the result's.
-fn identity(op: &Op, args: &[u32], p: &Program, kind: &super::ir::Kind) -> Option<u32> {
-    let is = |i: u32, c: f64| matches!(&p.nodes[i as usize], Node::Const(Value::Float(x)) if *x == c);
-    let keeps = |i: u32| &p.kinds[i as usize] == kind;
+fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], constants: &[bool], kind: &Kind) -> Option<u32> {
+    let is =
+        |i: u32, c: f64| constants[i as usize] && matches!(&nodes[i as usize], Node::Const(Value::Float(x)) if *x == c);
+    let keeps = |i: u32| &kinds[i as usize] == kind;
     let (a, b) = match args {
         [a, b] => (*a, *b),
         _ => return None,
@@ -139,35 +227,35 @@ fn identity(op: &Op, args: &[u32], p: &Program, kind: &super::ir::Kind) -> Optio
     keeps(x).then_some(x)
 }
 
-pub(super) fn dead_code(p: Program) -> Program {
-    let mut live = vec![false; p.nodes.len()];
+pub(super) fn dead_code(p: &mut Program) {
+    let n = p.nodes.len();
+    let mut live = vec![false; n];
     for &o in &p.outputs {
         live[o as usize] = true;
     }
-    for i in (0..p.nodes.len()).rev() {
+    for i in (0..n).rev() {
         if let (true, Node::Apply(_, args)) = (live[i], &p.nodes[i]) {
             for &a in args {
                 live[a as usize] = true;
             }
         }
     }
-    let mut to = vec![0u32; p.nodes.len()];
-    let mut out =
-        Program { nodes: Vec::new(), kinds: Vec::new(), inputs: p.inputs, outputs: Vec::new(), template: p.template };
-    for (i, (node, kind)) in p.nodes.into_iter().zip(p.kinds).enumerate() {
+    // Live nodes move down in place, as in `simplify`.
+    let mut to = vec![0u32; n];
+    let mut kept = 0;
+    for i in 0..n {
         if !live[i] {
             continue;
         }
-        to[i] = out.nodes.len() as u32;
-        out.nodes.push(match node {
-            Node::Apply(op, mut args) => {
-                args.iter_mut().for_each(|a| *a = to[*a as usize]);
-                Node::Apply(op, args)
-            }
-            other => other,
-        });
-        out.kinds.push(kind);
+        to[i] = kept as u32;
+        p.nodes.swap(kept, i);
+        p.kinds.swap(kept, i);
+        if let Node::Apply(_, args) = &mut p.nodes[kept] {
+            args.iter_mut().for_each(|a| *a = to[*a as usize]);
+        }
+        kept += 1;
     }
-    out.outputs = p.outputs.iter().map(|&o| to[o as usize]).collect();
-    out
+    p.nodes.truncate(kept);
+    p.kinds.truncate(kept);
+    p.outputs.iter_mut().for_each(|o| *o = to[*o as usize]);
 }

@@ -45,16 +45,26 @@ pub enum Piece {
 
 /// What must agree between a node and its copy one iteration later, hashed for the candidate
 /// search: the kind of node and, for an operation, its operation and number of operands.
-fn shape(node: &Node) -> Option<(u8, String, usize)> {
-    match node {
-        Node::Input(_) => None,
-        Node::Const(_) => Some((0, String::new(), 0)),
-        Node::Apply(op, args) => Some((1, op_key(op), args.len())),
-    }
+/// Arithmetic is keyed by its enum's number: this runs once per node of a million-node trace,
+/// where writing each operation out as text cost more than the search itself.
+#[derive(Hash, PartialEq, Eq)]
+enum Shape {
+    Const,
+    Bin(u8, usize),
+    Un(u8, usize),
+    /// A tensor operation by its written form, which includes its parameters (a reshape's
+    /// shape).
+    T(String, usize),
 }
 
-fn op_key(op: &Op) -> String {
-    format!("{op:?}")
+fn shape(node: &Node) -> Option<Shape> {
+    match node {
+        Node::Input(_) => None,
+        Node::Const(_) => Some(Shape::Const),
+        Node::Apply(Op::Bin(p), args) => Some(Shape::Bin(*p as u8, args.len())),
+        Node::Apply(Op::Un(u), args) => Some(Shape::Un(*u as u8, args.len())),
+        Node::Apply(op @ (Op::T(_) | Op::Product { .. }), args) => Some(Shape::T(format!("{op:?}"), args.len())),
+    }
 }
 
 /// Whether nodes `a` and `b` can be the same body node of two iterations.
@@ -103,7 +113,7 @@ pub fn pieces(nodes: &[Node], start: usize, end: usize) -> Vec<Piece> {
 /// For each node, the next node of the range with the same shape (`usize::MAX`: none).
 fn next_same(nodes: &[Node], start: usize, end: usize) -> Vec<usize> {
     let mut next = vec![usize::MAX; end - start];
-    let mut seen = std::collections::HashMap::new();
+    let mut seen: super::opt::FxMap<Shape, usize> = Default::default();
     for i in (start..end).rev() {
         if let Some(s) = shape(&nodes[i]) {
             if let Some(j) = seen.insert(s, i) {
@@ -180,7 +190,7 @@ mod tests {
     use crate::runtime::value::Value;
 
     fn bin(p: Prim, a: u32, b: u32) -> Node {
-        Node::Apply(Op::Bin(p), vec![a, b])
+        Node::Apply(Op::Bin(p), vec![a, b].into())
     }
 
     /// Every loop reproduces the unrolled nodes it replaces, and the pieces cover the range.

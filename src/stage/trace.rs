@@ -5,7 +5,7 @@
 //! operations' own rules.
 
 use super::exec;
-use super::ir::{Kind, Node, Op, Program, Template};
+use super::ir::{Args, Kind, Node, Op, Program, Template};
 use crate::runtime::perturbed::is_ad;
 use crate::runtime::staged::Staged;
 use crate::runtime::value::{RecordVal, Value};
@@ -45,26 +45,32 @@ impl Trace {
     }
 
     /// Emits `op` on `args` (traced values of this trace, or plain Floats and tensors).
-    pub fn emit(&mut self, op: Op, args: Vec<Value>) -> FResult<Value> {
-        let mut ids = Vec::with_capacity(args.len());
-        let mut examples = Vec::with_capacity(args.len());
-        for a in args {
+    pub fn emit<A: AsMut<[Value]> + Into<Vec<Value>>>(&mut self, op: Op, mut args: A) -> FResult<Value> {
+        let mut ids = Args::new();
+        // The operands become their examples in place.
+        for a in args.as_mut() {
             match a {
                 Value::Staged(s) if s.trace == self.id => {
                     ids.push(s.node);
-                    examples.push(s.example.clone());
+                    let example = s.example.clone();
+                    *a = example;
                 }
                 Value::Staged(_) => return Err(escaped()),
-                v @ (Value::Float(_) | Value::Tensor(_)) => {
+                Value::Float(_) | Value::Tensor(_) => {
                     ids.push(self.nodes.len() as u32);
-                    self.nodes.push(Node::Const(v.clone()));
-                    self.kinds.push(Kind::of(&v));
-                    examples.push(v);
+                    self.nodes.push(Node::Const(a.clone()));
+                    self.kinds.push(Kind::of(a));
                 }
                 other => return Err(Fault::internal(format!("staging `{op}` on {}", other.type_name()))),
             }
         }
-        let y = exec::apply(&op, examples)?;
+        let y = match (&op, args.as_mut()) {
+            // Nearly every node of a scalar trace: the executor's own Float arithmetic,
+            // without the vector `apply` takes (a million nodes, a million allocations).
+            (Op::Bin(p), [Value::Float(x), Value::Float(y)]) => Value::Float(exec::float_bin(*p, *x, *y)?),
+            (Op::Un(u), [Value::Float(x)]) => Value::Float(u.eval(*x)),
+            _ => exec::apply(&op, args.into())?,
+        };
         Ok(self.push(Node::Apply(op, ids), y))
     }
 
