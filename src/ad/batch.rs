@@ -160,14 +160,10 @@ fn int_scalar(n: i64) -> FResult<Value> {
     Ok(crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(&[], vec![n])?))
 }
 
-/// Int arithmetic with an operand an Int batch: `+ - *` wrap, as Int arithmetic does, and so
-/// do int64 tensors'. Int `/` and `%` truncate and refuse a zero divisor, which no tensor
-/// operation does per element, so they are refused rather than answered as floats.
+/// Int arithmetic with an operand an Int batch, as Int arithmetic does it per example: `+ - *`
+/// and `**` wrap (and so do int64 tensors'); `/` and `%` truncate. A zero divisor or a
+/// negative exponent in any example is the error one Int gives.
 fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Value> {
-    if !matches!(p, Prim::Add | Prim::Sub | Prim::Mul) {
-        return Err(Fault::unbatched(symbol(p))
-            .help("Int `/` and `%` truncate and fail on a zero divisor, which no tensor operation does per element; compute on Floats (`float i`) and convert back with `int`"));
-    }
     let operand = |m: &mut H, v: At| -> FResult<Value> {
         match v {
             At::Batch(v, axis, _) => front(m, v, axis),
@@ -176,8 +172,80 @@ fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Val
         }
     };
     let (x, y) = (operand(m, a)?, operand(m, b)?);
-    let out = m.prim2(p, x, y)?;
+    // Every number of the stack under all its layers is some example's.
+    let ints = |v: &Value| -> Vec<i64> {
+        super::underlying(v).and_then(|t| t.i64s().map(|a| a.iter().copied().collect())).unwrap_or_default()
+    };
+    let out = match p {
+        Prim::Add | Prim::Sub | Prim::Mul => m.prim2(p, x, y)?,
+        Prim::Pow => {
+            if let Some(e) = ints(&y).into_iter().find(|&e| e < 0) {
+                return Err(Fault::new(format!("negative Int exponent {e}")).help("use Floats: `float x ** float y`"));
+            }
+            m.prim2(p, x, y)?
+        }
+        Prim::Div | Prim::Rem => {
+            if ints(&y).contains(&0) {
+                return Err(Fault::new("division by zero"));
+            }
+            // No tensor operation truncates int64s: the quotients are computed on the numbers,
+            // with both operands first given one layout (each plus zero times the other:
+            // exact, and the same broadcast for both).
+            let zero = int_scalar(0)?;
+            let (zx, zy) = (m.prim2(Prim::Mul, x.clone(), zero.clone())?, m.prim2(Prim::Mul, y.clone(), zero)?);
+            let (x, y) = (m.prim2(Prim::Add, x, zy)?, m.prim2(Prim::Add, y, zx)?);
+            let f = if p == Prim::Div { i64::wrapping_div } else { i64::wrapping_rem };
+            zip_ints(&x, &y, f).ok_or_else(|| Fault::unbatched(symbol(p)))?
+        }
+        _ => return Err(Fault::unbatched(symbol(p))),
+    };
     Ok(batched(tag, out, 0, Example::Int))
+}
+
+/// `f` of the int64 stacks under two values of one layout, element by element, in that layout
+/// (`None` when the layouts differ, or a stack is not a plain int64 tensor).
+fn zip_ints(a: &Value, b: &Value, f: fn(i64, i64) -> i64) -> Option<Value> {
+    match (a, b) {
+        (Value::Batched(x), Value::Batched(y)) if x.tag == y.tag && x.axis == y.axis && x.kind == y.kind => {
+            Some(batched(x.tag, zip_ints(&x.value, &y.value, f)?, x.axis, x.kind))
+        }
+        (Value::Tensor(s), Value::Tensor(t)) if s.shape() == t.shape() && s.device() == t.device() => {
+            let (p, q) = (s.i64s()?, t.i64s()?);
+            let data = p.iter().zip(q.iter()).map(|(&u, &v)| f(u, v)).collect();
+            Some(crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(s.shape(), data).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// `floor x` (`ceil` with `up`) for a batch of Floats: each example's, on the numbers of the
+/// stack (rounding has derivative 0 almost everywhere, and `floor` of a Float is a plain
+/// Float: the perturbations go, as there).
+pub fn round<H: Host>(m: &mut H, x: &Value, up: bool) -> FResult<Value> {
+    let name = if up { "ceil" } else { "floor" };
+    let (tag, xs) = read_batch(m, x, name)?;
+    let At::Batch(v, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched(name)) };
+    let f = if up { f64::ceil } else { f64::floor };
+    let rounded = map_floats(&v, f).ok_or_else(|| Fault::unbatched(name))?;
+    Ok(batched(tag, rounded?, axis, kind))
+}
+
+/// `f` of every number of the stack under `v`'s batching layers, in `v`'s layout, dtype and
+/// device (`None` when under them is no plain tensor).
+fn map_floats(v: &Value, f: fn(f64) -> f64) -> Option<FResult<Value>> {
+    match v {
+        Value::Batched(b) => Some(map_floats(&b.value, f)?.map(|inner| batched(b.tag, inner, b.axis, b.kind))),
+        Value::Tensor(t) => Some((|| {
+            let data = t.to_f64s().into_iter().map(f).collect();
+            let out = crate::tensor::Tensor::from_f64s(t.shape(), data)?.astype(t.dtype())?;
+            let out = crate::runtime::tensor::wrap(out);
+            if t.device() == crate::tensor::Device::Cpu {
+                return Ok(out);
+            }
+            crate::runtime::tensor::forward(&TOp::ToDevice(t.device()), &[out])
+        })()),
+        _ => None,
+    }
 }
 
 /// The floating dtype a batch of Floats reduced from a tensor of dtype `d` is stacked in.
@@ -1354,13 +1422,50 @@ pub fn start<H: Host>(m: &mut H, x: &Value, tag: u32) -> FResult<(Value, usize)>
 /// stack batch-first (a batch of Floats in the dtype of the data it came from), one that is
 /// the same for every example broadcast over the `size` examples.
 pub fn finish<H: Host>(m: &mut H, tag: u32, size: usize, y: Value) -> FResult<Value> {
-    super::map_leaves(y, &mut |leaf| match at(leaf, tag) {
-        At::Batch(v, axis, Example::Float(d)) => {
-            let v = front(m, v, axis)?;
-            call(m, TOp::AsType(d), vec![v])
-        }
+    super::map_leaves(y, &mut |leaf| match leaf {
+        Value::Batched(ref b) if b.tag == tag => match b.kind {
+            Example::Float(d) => {
+                let v = stack_leaf(m, tag, size, leaf)?;
+                call(m, TOp::AsType(d), vec![v])
+            }
+            _ => stack_leaf(m, tag, size, leaf),
+        },
+        leaf => stack_leaf(m, tag, size, leaf),
+    })
+}
+
+/// One leaf stacked along a new axis 0 over the `size` examples of level `tag` (a batch of
+/// Floats stays in its float64 stack).
+pub(super) fn stack_leaf<H: Host>(m: &mut H, tag: u32, size: usize, leaf: Value) -> FResult<Value> {
+    match at(leaf, tag) {
         At::Batch(v, axis, _) => front(m, v, axis),
         At::Plain(v) => tile(m, v, size),
+    }
+}
+
+/// `v` batched at every level of `levels` (innermost first, with their batch sizes), layered
+/// in that order: a layer it lacks is added with `v` repeated along a new axis, as the same
+/// value for every example of that level. (A custom call's result, so that its rule gets
+/// each example's own output adjoint.)
+pub(super) fn spread<H: Host>(m: &mut H, v: Value, levels: &[(u32, usize)]) -> FResult<Value> {
+    let Some((&(tag, size), rest)) = levels.split_first() else { return Ok(v) };
+    Ok(match v {
+        Value::Batched(b) if b.tag == tag => {
+            let inner = spread(m, b.value.clone(), rest)?;
+            batched(tag, inner, b.axis, b.kind)
+        }
+        v if super::is_tensor(&v) => {
+            let tiled = tile(m, v, size)?;
+            batched(tag, spread(m, tiled, rest)?, 0, Example::Tensor)
+        }
+        v => {
+            // A batch of Floats is a float64 stack: 1 · v as a float64 0-d tensor (exact, and
+            // still perturbed if v is), spread over the batch.
+            let one = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
+            let v = m.prim2(Prim::Mul, one, v)?;
+            let tiled = call(m, TOp::BroadcastTo(vec![size]), vec![v])?;
+            batched(tag, spread(m, tiled, rest)?, 0, Example::Float(DType::F32))
+        }
     })
 }
 
@@ -1377,21 +1482,4 @@ fn tile<H: Host>(m: &mut H, v: Value, b: usize) -> FResult<Value> {
     one.extend_from_slice(&s);
     let v = call(m, TOp::Reshape(one), vec![v])?;
     call(m, TOp::BroadcastTo(full), vec![v])
-}
-
-/// Whether a leaf of `x` is perturbed, under its batching layers, by a `grad` or `jvp` level
-/// (one outside a `vmap` that batches it).
-pub fn perturbed_under_batch(x: &Value) -> bool {
-    let mut found = false;
-    let _ = super::map_leaves(x.clone(), &mut |leaf| {
-        let mut v = &leaf;
-        while let Value::Batched(b) = v {
-            v = &b.value;
-        }
-        if matches!(v, Value::Tracked(_) | Value::Dual(_)) && matches!(leaf, Value::Batched(_)) {
-            found = true;
-        }
-        Ok(leaf.clone())
-    });
-    found
 }
