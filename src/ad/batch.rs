@@ -248,6 +248,24 @@ fn map_floats(v: &Value, f: fn(f64) -> f64) -> Option<FResult<Value>> {
     }
 }
 
+/// `v` as the stack of a batch of Floats: float64 on the CPU, so the examples compute in a
+/// Float's precision; a GPU holds float32 only, and there the batch stays in float32 on the
+/// device, beside the tensors it came from and meets.
+fn floats<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
+    let d = if device_of(&v) == crate::tensor::Device::Cpu { DType::F64 } else { DType::F32 };
+    call(m, TOp::AsType(d), vec![v])
+}
+
+/// A 0-d tensor holding `x` on `device`, in the dtype of a batch of Floats there (`floats`).
+fn float_scalar<H: Host>(m: &mut H, x: f64, device: crate::tensor::Device) -> FResult<Value> {
+    let t = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![x])?);
+    if device == crate::tensor::Device::Cpu {
+        return Ok(t);
+    }
+    let t = call(m, TOp::AsType(DType::F32), vec![t])?;
+    call(m, TOp::ToDevice(device), vec![t])
+}
+
 /// The floating dtype a batch of Floats reduced from a tensor of dtype `d` is stacked in.
 fn float_origin(d: DType) -> DType {
     if d.is_float() {
@@ -307,8 +325,7 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
             At::Plain(v) if full && !tensors => {
                 // Beside a batch of Floats (float64), a Float is one too: 1 · v as a float64
                 // 0-d tensor (exact, and still perturbed if v is), spread over the batch.
-                let one = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
-                let one = call(m, TOp::ToDevice(device), vec![one])?;
+                let one = float_scalar(m, 1.0, device)?;
                 let v = match v {
                     Value::Int(n) => int_scalar(n)?,
                     v => m.prim2(Prim::Mul, one, v)?,
@@ -587,7 +604,7 @@ pub fn pick<H: Host>(m: &mut H, keep: Value, a: Value, b: Value) -> FResult<Valu
         let (x, y) = (operand(m, a)?, operand(m, b)?);
         return Ok(batched(tag, call(m, TOp::Where, vec![keep, x, y])?, 0, Example::Int));
     }
-    let kept = batched(tag, call(m, TOp::AsType(DType::F64), vec![keep])?, 0, Example::Float(DType::F32));
+    let kept = batched(tag, floats(m, keep)?, 0, Example::Float(DType::F32));
     let rest = m.prim2(Prim::Sub, Value::Float(1.0), kept.clone())?;
     let a = super::tensor::select(m, a, kept)?;
     let b = super::tensor::select(m, b, rest)?;
@@ -601,17 +618,15 @@ pub fn clip_floats<H: Host>(m: &mut H, x: Value, lo: f64, hi: f64) -> FResult<Va
     let (tag, xs) = read_batch(m, &x, "tree_clip")?;
     let At::Batch(s, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched("tree_clip")) };
     let s = front(m, s, axis)?;
-    let scalar = |m: &mut H, v: f64| -> FResult<Value> {
-        let t = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![v])?);
-        call(m, TOp::ToDevice(device_of(&s)), vec![t])
-    };
+    let device = device_of(&s);
+    let scalar = |m: &mut H, v: f64| float_scalar(m, v, device);
     let (l, h) = (scalar(m, lo)?, scalar(m, hi)?);
     // 1 where `above`, 1/2 where `on`, else 0 (the two never hold together).
     let side = |m: &mut H, x: &Value, bound: &Value, above: Cmp| -> FResult<Value> {
         let a = call(m, TOp::Cmp(above), vec![x.clone(), bound.clone()])?;
-        let a = call(m, TOp::AsType(DType::F64), vec![a])?;
+        let a = floats(m, a)?;
         let on = call(m, TOp::Cmp(Cmp::Equal), vec![x.clone(), bound.clone()])?;
-        let on = call(m, TOp::AsType(DType::F64), vec![on])?;
+        let on = floats(m, on)?;
         let half = m.prim2(Prim::Mul, on, Value::Float(0.5))?;
         m.prim2(Prim::Add, a, half)
     };
@@ -687,7 +702,7 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
                 }
             };
             // One example's reduction is a Float: computed on as float64.
-            let reduced = call(m, TOp::AsType(DType::F64), vec![reduced])?;
+            let reduced = floats(m, reduced)?;
             batched(tag, reduced, 0, Example::Float(d))
         }
         TOp::SumAxis(ax) | TOp::MeanAxis(ax) | TOp::MaxAxis(ax) | TOp::ArgmaxAxis(ax) | TOp::Cumsum(ax)
@@ -991,7 +1006,7 @@ fn as_scalar_type<H: Host>(m: &mut H, tag: u32, d: DType, v: Value, axis: usize)
             let v = call(m, TOp::ToDevice(crate::tensor::Device::Cpu), vec![v])?;
             batched(tag, call(m, TOp::AsType(DType::I64), vec![v])?, 0, Example::Int)
         }
-        d => batched(tag, call(m, TOp::AsType(DType::F64), vec![v])?, 0, Example::Float(d)),
+        d => batched(tag, floats(m, v)?, 0, Example::Float(d)),
     })
 }
 
@@ -1313,7 +1328,7 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
     // A product of two vectors is a Float per example.
     let result = |m: &mut H, v: Value, axis: usize| -> FResult<Value> {
         if out.is_empty() {
-            let v = call(m, TOp::AsType(DType::F64), vec![v])?;
+            let v = floats(m, v)?;
             Ok(batched(tag, v, 0, Example::Float(float_origin(dtype))))
         } else {
             Ok(batched(tag, v, axis, Example::Tensor))
