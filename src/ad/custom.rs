@@ -8,6 +8,10 @@
 //! machine to run (`Back::Call`) and takes up again with its result (`resume_backward`). In
 //! forward mode `custom_jvp`'s tangent is its rule's result; `custom_vjp` and `checkpoint`
 //! have no forward rule there, and a `jvp` differentiates their `f` itself.
+//!
+//! `vmap`s running inside that level batch the call: `f` runs batched, its result is batched
+//! by each of them (`spread`), and the rule, run after those `vmap`s have returned, runs under
+//! them reopened (`Rebatch`, docs/grad.md §8).
 
 use super::batch::{spread, stack_leaf};
 use super::tensor::call;
