@@ -1391,7 +1391,11 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
             let va = lift(m, va, &sa2, rank)?;
             let vb = lift(m, vb, &sb2, rank)?;
             let y = call(m, TOp::MatMul, vec![va, vb])?;
-            let y = call(m, TOp::Reshape(std::iter::once(bsz).chain(out.iter().copied()).collect()), vec![y])?;
+            // Back to one example's result shape per example: only where a vector operand
+            // made it differ (a reshape to the same shape would copy the stack — for the
+            // per-example outer products of `vmap (grad …)`, the whole gradient).
+            let shape: Vec<usize> = std::iter::once(bsz).chain(out.iter().copied()).collect();
+            let y = if shape_of(&y) == shape { y } else { call(m, TOp::Reshape(shape), vec![y])? };
             result(m, y, 0)
         }
         (At::Plain(_), At::Plain(_)) => Err(Fault::internal("a batching rule with no batched operand")),
