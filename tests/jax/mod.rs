@@ -25,7 +25,10 @@
 //!   `float (argmax t)` — per-example selects and Int batches under every transformation),
 //!   dp's `vmap` against `jax.vmap` — the batched values,
 //!   per-example gradients, a `jvp` of the batched function, the gradient of the summed batch
-//!   and per-example Hessian-vector products (80 numbers a case, 60 cases by default).
+//!   and per-example Hessian-vector products, and the gradient of a parameter all examples
+//!   share (86 numbers a case, 60 cases by default); a third of the cases wrap f in
+//!   `checkpoint`, a third in a `custom_vjp` whose rule is twice f's derivative (to JAX as
+//!   `jax.custom_vjp`, without the jvp numbers JAX refuses for it: 58).
 //!
 //! **Agreement rules.** NaN matches only NaN; an infinity only the same infinity (for float32
 //! cases, a number beyond 1e37 also matches the infinity of its sign: dp reduces float32
@@ -410,7 +413,8 @@ fn derivatives_agree_with_jax_on_random_programs() {
 
 /// `vmap` against `jax.vmap` (issue 15) on random tensor functions: batched values, per-example
 /// gradients (`vmap (grad f)`), a `jvp` of the batched function, `grad` of the summed batch and
-/// per-example Hessian-vector products (`vmap` of `jvp` of `grad`), 80 numbers a case.
+/// per-example Hessian-vector products (`vmap` of `jvp` of `grad`) and a shared parameter's
+/// gradient, with f plain or wrapped in `checkpoint` or `custom_vjp` (see the module comment).
 #[test]
 fn vmap_agrees_with_jax_on_random_programs() {
     let Some(python) = crate::python::python_with(&["jax"], "the vmap test against JAX") else { return };
