@@ -409,6 +409,36 @@ fn gpu_gradients_of_every_rule() {
     ]);
 }
 
+/// `vmap` (issue 15) on the GPU: its batching rules' whole-batch operations run as GPU kernels
+/// (a batch of Floats is a float32 stack there, float64 on the CPU), with per-example
+/// gradients, a `grad` and a `jvp` outside the `vmap`, nested `vmap`s, a `custom_vjp` and a
+/// `checkpoint` inside it under an outer `grad`, selects and convolutions.
+#[test]
+fn gpu_vmap_matches_the_cpu() {
+    check(&[
+        Case { name: "vmap matvec", tol: R, code: "let () = pt (vmap (fun r -> tanh (r @ w)) x)" },
+        Case { name: "vmap floats", tol: R, code: "let () = pt (vmap (fun (r, s) -> sum (sin r * s) * 2.0 + max r) (x, y))" },
+        Case { name: "vmap grad", tol: R, code: "let () = pt (vmap (grad (fun r -> sum (tanh (r @ w) * 0.5))) x)" },
+        Case { name: "grad vmap", tol: R, code: "let () = pt (grad (fun w -> sum (vmap (fun (r, t) -> sum (tanh (r @ w) * t)) (x, k29))) w)" },
+        Case { name: "jvp vmap", tol: R, code: "let () = pt (snd (jvp (vmap (fun r -> logsumexp (r * rv))) x y))" },
+        Case { name: "vmap vmap", tol: R, code: "let () = pt (vmap (fun r -> vmap (fun s -> sum (r * s)) (slice y 0 0 5)) (slice x 0 0 4))" },
+        Case {
+            name: "grad vmap custom_vjp",
+            tol: R,
+            code: "let cv = custom_vjp (fun (w, r) -> sum (tanh (r @ w))) (fun (w, r) o g -> (grad (fun w -> sum (tanh (r @ w))) w * (g * 2.0), rv * g))\n\
+                   let () = pt (grad (fun w -> sum (vmap (fun r -> cv (w, r)) x)) w)",
+        },
+        Case {
+            name: "grad vmap checkpoint",
+            tol: R,
+            code: "let () = pt (grad (fun w -> sum (vmap (fun r -> checkpoint (fun (w, r) -> sum (sigmoid (r @ w))) (w, r)) x)) w)",
+        },
+        Case { name: "vmap selects", tol: R, code: "let () = pt (vmap (fun r -> where (greater r 0.0) r (r * 0.1) + max_of (sum r) 0.0) x)" },
+        Case { name: "vmap conv2d", tol: R, code: "let () = pt (vmap (fun im -> conv2d im ker) (reshape img [2, 1, 3, 9, 8]))" },
+        Case { name: "vmap softmax", tol: R, code: "let () = pt (vmap (fun r -> softmax r * mean r) x)" },
+    ]);
+}
+
 #[test]
 fn gpu_forward_mode_and_second_order() {
     check(&[

@@ -1,8 +1,14 @@
 """bench/vmap's references: JAX jit(vmap(grad)) and PyTorch torch.func vmap(grad) (eager), the
 same per-example gradients as per_example.dp. Prints one line per system: seconds per batch
 (median of 7 after a warm-up) and the same checksums as dp."""
-import sys, time, statistics
+import os, sys, time, statistics
 import numpy as np
+
+# BENCH_ONE_THREAD=1 (run.sh's ONE_THREAD=1): one thread each, a fairer comparison on a loaded
+# machine (XLA's flags must be set before jax is imported).
+ONE = os.environ.get("BENCH_ONE_THREAD") == "1"
+if ONE:
+    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 d = sys.argv[1]
 load = lambda n: np.load(f"{d}/{n}.npy")
@@ -38,6 +44,8 @@ try:
     import torch
     from torch.func import vmap, grad
     torch.set_grad_enabled(False)
+    if ONE:
+        torch.set_num_threads(1)
     def tloss(p, x, y):
         logits = torch.tanh(x @ p["W1"] + p["b1"]) @ p["W2"] + p["b2"]
         return -(torch.log_softmax(logits, -1) * y).sum()

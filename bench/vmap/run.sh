@@ -5,7 +5,9 @@
 #
 #   bench/vmap/run.sh      (DP: the dp binary, default target/release/dp; VENV: a Python with
 #                           numpy and jax, default /tmp/dp-pyvenv; TORCH_VENV: one with torch,
-#                           default /tmp/bench-venv; R: repetitions, default 6)
+#                           default /tmp/bench-venv; R: repetitions, default 6; ONE_THREAD=1:
+#                           one thread each — DP_NUM_THREADS=1, torch.set_num_threads(1), XLA's
+#                           single-threaded Eigen)
 #
 # dp's seconds per batch = (T(REPS = R) - T(REPS = 1)) / (R - 1), T the median wall time of 3
 # processes, so start-up and loading cancel out; the references report the median of 7 calls
@@ -18,10 +20,13 @@ DP=${DP:-$ROOT/target/release/dp}
 VENV=${VENV:-/tmp/dp-pyvenv}
 TORCH_VENV=${TORCH_VENV:-/tmp/bench-venv}
 R=${R:-6}
+if [ "${ONE_THREAD:-0}" = 1 ]; then
+    export DP_NUM_THREADS=1 BENCH_ONE_THREAD=1
+fi
 DATA=$(mktemp -d)
 trap 'rm -rf "$DATA"' EXIT
 "$VENV/bin/python" "$HERE/make_data.py" "$DATA"
-echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), threads: $([ "${ONE_THREAD:-0}" = 1 ] && echo "one each" || echo default)"
 wall() {   # reps: median of 3 wall times (seconds)
     for _ in 1 2 3; do
         local s e

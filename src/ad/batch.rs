@@ -160,14 +160,10 @@ fn int_scalar(n: i64) -> FResult<Value> {
     Ok(crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(&[], vec![n])?))
 }
 
-/// Int arithmetic with an operand an Int batch: `+ - *` wrap, as Int arithmetic does, and so
-/// do int64 tensors'. Int `/` and `%` truncate and refuse a zero divisor, which no tensor
-/// operation does per element, so they are refused rather than answered as floats.
+/// Int arithmetic with an operand an Int batch, as Int arithmetic does it per example: `+ - *`
+/// and `**` wrap (and so do int64 tensors'); `/` and `%` truncate. A zero divisor or a
+/// negative exponent in any example is the error one Int gives.
 fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Value> {
-    if !matches!(p, Prim::Add | Prim::Sub | Prim::Mul) {
-        return Err(Fault::unbatched(symbol(p))
-            .help("Int `/` and `%` truncate and fail on a zero divisor, which no tensor operation does per element; compute on Floats (`float i`) and convert back with `int`"));
-    }
     let operand = |m: &mut H, v: At| -> FResult<Value> {
         match v {
             At::Batch(v, axis, _) => front(m, v, axis),
@@ -176,8 +172,98 @@ fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Val
         }
     };
     let (x, y) = (operand(m, a)?, operand(m, b)?);
-    let out = m.prim2(p, x, y)?;
+    // Every number of the stack under all its layers is some example's.
+    let ints = |v: &Value| -> Vec<i64> {
+        super::underlying(v).and_then(|t| t.i64s().map(|a| a.iter().copied().collect())).unwrap_or_default()
+    };
+    let out = match p {
+        Prim::Add | Prim::Sub | Prim::Mul => m.prim2(p, x, y)?,
+        Prim::Pow => {
+            if let Some(e) = ints(&y).into_iter().find(|&e| e < 0) {
+                return Err(Fault::new(format!("negative Int exponent {e}")).help("use Floats: `float x ** float y`"));
+            }
+            m.prim2(p, x, y)?
+        }
+        Prim::Div | Prim::Rem => {
+            if ints(&y).contains(&0) {
+                return Err(Fault::new("division by zero"));
+            }
+            // No tensor operation truncates int64s: the quotients are computed on the numbers,
+            // with both operands first given one layout (each plus zero times the other:
+            // exact, and the same broadcast for both).
+            let zero = int_scalar(0)?;
+            let (zx, zy) = (m.prim2(Prim::Mul, x.clone(), zero.clone())?, m.prim2(Prim::Mul, y.clone(), zero)?);
+            let (x, y) = (m.prim2(Prim::Add, x, zy)?, m.prim2(Prim::Add, y, zx)?);
+            let f = if p == Prim::Div { i64::wrapping_div } else { i64::wrapping_rem };
+            zip_ints(&x, &y, f).ok_or_else(|| Fault::unbatched(symbol(p)))?
+        }
+        _ => return Err(Fault::unbatched(symbol(p))),
+    };
     Ok(batched(tag, out, 0, Example::Int))
+}
+
+/// `f` of the int64 stacks under two values of one layout, element by element, in that layout
+/// (`None` when the layouts differ, or a stack is not a plain int64 tensor).
+fn zip_ints(a: &Value, b: &Value, f: fn(i64, i64) -> i64) -> Option<Value> {
+    match (a, b) {
+        (Value::Batched(x), Value::Batched(y)) if x.tag == y.tag && x.axis == y.axis && x.kind == y.kind => {
+            Some(batched(x.tag, zip_ints(&x.value, &y.value, f)?, x.axis, x.kind))
+        }
+        (Value::Tensor(s), Value::Tensor(t)) if s.shape() == t.shape() && s.device() == t.device() => {
+            let (p, q) = (s.i64s()?, t.i64s()?);
+            let data = p.iter().zip(q.iter()).map(|(&u, &v)| f(u, v)).collect();
+            Some(crate::runtime::tensor::wrap(crate::tensor::Tensor::from_i64s(s.shape(), data).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// `floor x` (`ceil` with `up`) for a batch of Floats: each example's, on the numbers of the
+/// stack (rounding has derivative 0 almost everywhere, and `floor` of a Float is a plain
+/// Float: the perturbations go, as there).
+pub fn round<H: Host>(m: &mut H, x: &Value, up: bool) -> FResult<Value> {
+    let name = if up { "ceil" } else { "floor" };
+    let (tag, xs) = read_batch(m, x, name)?;
+    let At::Batch(v, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched(name)) };
+    let f = if up { f64::ceil } else { f64::floor };
+    let rounded = map_floats(&v, f).ok_or_else(|| Fault::unbatched(name))?;
+    Ok(batched(tag, rounded?, axis, kind))
+}
+
+/// `f` of every number of the stack under `v`'s batching layers, in `v`'s layout, dtype and
+/// device (`None` when under them is no plain tensor).
+fn map_floats(v: &Value, f: fn(f64) -> f64) -> Option<FResult<Value>> {
+    match v {
+        Value::Batched(b) => Some(map_floats(&b.value, f)?.map(|inner| batched(b.tag, inner, b.axis, b.kind))),
+        Value::Tensor(t) => Some((|| {
+            let data = t.to_f64s().into_iter().map(f).collect();
+            let out = crate::tensor::Tensor::from_f64s(t.shape(), data)?.astype(t.dtype())?;
+            let out = crate::runtime::tensor::wrap(out);
+            if t.device() == crate::tensor::Device::Cpu {
+                return Ok(out);
+            }
+            crate::runtime::tensor::forward(&TOp::ToDevice(t.device()), &[out])
+        })()),
+        _ => None,
+    }
+}
+
+/// `v` as the stack of a batch of Floats: float64 on the CPU, so the examples compute in a
+/// Float's precision; a GPU holds float32 only, and there the batch stays in float32 on the
+/// device, beside the tensors it came from and meets.
+fn floats<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
+    let d = if device_of(&v) == crate::tensor::Device::Cpu { DType::F64 } else { DType::F32 };
+    call(m, TOp::AsType(d), vec![v])
+}
+
+/// A 0-d tensor holding `x` on `device`, in the dtype of a batch of Floats there (`floats`).
+fn float_scalar<H: Host>(m: &mut H, x: f64, device: crate::tensor::Device) -> FResult<Value> {
+    let t = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![x])?);
+    if device == crate::tensor::Device::Cpu {
+        return Ok(t);
+    }
+    let t = call(m, TOp::AsType(DType::F32), vec![t])?;
+    call(m, TOp::ToDevice(device), vec![t])
 }
 
 /// The floating dtype a batch of Floats reduced from a tensor of dtype `d` is stacked in.
@@ -239,8 +325,7 @@ fn align<H: Host>(m: &mut H, args: Vec<At>, full: bool) -> FResult<(Vec<Value>, 
             At::Plain(v) if full && !tensors => {
                 // Beside a batch of Floats (float64), a Float is one too: 1 · v as a float64
                 // 0-d tensor (exact, and still perturbed if v is), spread over the batch.
-                let one = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
-                let one = call(m, TOp::ToDevice(device), vec![one])?;
+                let one = float_scalar(m, 1.0, device)?;
                 let v = match v {
                     Value::Int(n) => int_scalar(n)?,
                     v => m.prim2(Prim::Mul, one, v)?,
@@ -519,7 +604,7 @@ pub fn pick<H: Host>(m: &mut H, keep: Value, a: Value, b: Value) -> FResult<Valu
         let (x, y) = (operand(m, a)?, operand(m, b)?);
         return Ok(batched(tag, call(m, TOp::Where, vec![keep, x, y])?, 0, Example::Int));
     }
-    let kept = batched(tag, call(m, TOp::AsType(DType::F64), vec![keep])?, 0, Example::Float(DType::F32));
+    let kept = batched(tag, floats(m, keep)?, 0, Example::Float(DType::F32));
     let rest = m.prim2(Prim::Sub, Value::Float(1.0), kept.clone())?;
     let a = super::tensor::select(m, a, kept)?;
     let b = super::tensor::select(m, b, rest)?;
@@ -533,17 +618,15 @@ pub fn clip_floats<H: Host>(m: &mut H, x: Value, lo: f64, hi: f64) -> FResult<Va
     let (tag, xs) = read_batch(m, &x, "tree_clip")?;
     let At::Batch(s, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched("tree_clip")) };
     let s = front(m, s, axis)?;
-    let scalar = |m: &mut H, v: f64| -> FResult<Value> {
-        let t = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![v])?);
-        call(m, TOp::ToDevice(device_of(&s)), vec![t])
-    };
+    let device = device_of(&s);
+    let scalar = |m: &mut H, v: f64| float_scalar(m, v, device);
     let (l, h) = (scalar(m, lo)?, scalar(m, hi)?);
     // 1 where `above`, 1/2 where `on`, else 0 (the two never hold together).
     let side = |m: &mut H, x: &Value, bound: &Value, above: Cmp| -> FResult<Value> {
         let a = call(m, TOp::Cmp(above), vec![x.clone(), bound.clone()])?;
-        let a = call(m, TOp::AsType(DType::F64), vec![a])?;
+        let a = floats(m, a)?;
         let on = call(m, TOp::Cmp(Cmp::Equal), vec![x.clone(), bound.clone()])?;
-        let on = call(m, TOp::AsType(DType::F64), vec![on])?;
+        let on = floats(m, on)?;
         let half = m.prim2(Prim::Mul, on, Value::Float(0.5))?;
         m.prim2(Prim::Add, a, half)
     };
@@ -619,7 +702,7 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
                 }
             };
             // One example's reduction is a Float: computed on as float64.
-            let reduced = call(m, TOp::AsType(DType::F64), vec![reduced])?;
+            let reduced = floats(m, reduced)?;
             batched(tag, reduced, 0, Example::Float(d))
         }
         TOp::SumAxis(ax) | TOp::MeanAxis(ax) | TOp::MaxAxis(ax) | TOp::ArgmaxAxis(ax) | TOp::Cumsum(ax)
@@ -923,7 +1006,7 @@ fn as_scalar_type<H: Host>(m: &mut H, tag: u32, d: DType, v: Value, axis: usize)
             let v = call(m, TOp::ToDevice(crate::tensor::Device::Cpu), vec![v])?;
             batched(tag, call(m, TOp::AsType(DType::I64), vec![v])?, 0, Example::Int)
         }
-        d => batched(tag, call(m, TOp::AsType(DType::F64), vec![v])?, 0, Example::Float(d)),
+        d => batched(tag, floats(m, v)?, 0, Example::Float(d)),
     })
 }
 
@@ -1245,7 +1328,7 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
     // A product of two vectors is a Float per example.
     let result = |m: &mut H, v: Value, axis: usize| -> FResult<Value> {
         if out.is_empty() {
-            let v = call(m, TOp::AsType(DType::F64), vec![v])?;
+            let v = floats(m, v)?;
             Ok(batched(tag, v, 0, Example::Float(float_origin(dtype))))
         } else {
             Ok(batched(tag, v, axis, Example::Tensor))
@@ -1308,7 +1391,11 @@ fn matmul<H: Host>(m: &mut H, tag: u32, a: At, b: At) -> FResult<Value> {
             let va = lift(m, va, &sa2, rank)?;
             let vb = lift(m, vb, &sb2, rank)?;
             let y = call(m, TOp::MatMul, vec![va, vb])?;
-            let y = call(m, TOp::Reshape(std::iter::once(bsz).chain(out.iter().copied()).collect()), vec![y])?;
+            // Back to one example's result shape per example: only where a vector operand
+            // made it differ (a reshape to the same shape would copy the stack — for the
+            // per-example outer products of `vmap (grad …)`, the whole gradient).
+            let shape: Vec<usize> = std::iter::once(bsz).chain(out.iter().copied()).collect();
+            let y = if shape_of(&y) == shape { y } else { call(m, TOp::Reshape(shape), vec![y])? };
             result(m, y, 0)
         }
         (At::Plain(_), At::Plain(_)) => Err(Fault::internal("a batching rule with no batched operand")),
@@ -1354,13 +1441,50 @@ pub fn start<H: Host>(m: &mut H, x: &Value, tag: u32) -> FResult<(Value, usize)>
 /// stack batch-first (a batch of Floats in the dtype of the data it came from), one that is
 /// the same for every example broadcast over the `size` examples.
 pub fn finish<H: Host>(m: &mut H, tag: u32, size: usize, y: Value) -> FResult<Value> {
-    super::map_leaves(y, &mut |leaf| match at(leaf, tag) {
-        At::Batch(v, axis, Example::Float(d)) => {
-            let v = front(m, v, axis)?;
-            call(m, TOp::AsType(d), vec![v])
-        }
+    super::map_leaves(y, &mut |leaf| match leaf {
+        Value::Batched(ref b) if b.tag == tag => match b.kind {
+            Example::Float(d) => {
+                let v = stack_leaf(m, tag, size, leaf)?;
+                call(m, TOp::AsType(d), vec![v])
+            }
+            _ => stack_leaf(m, tag, size, leaf),
+        },
+        leaf => stack_leaf(m, tag, size, leaf),
+    })
+}
+
+/// One leaf stacked along a new axis 0 over the `size` examples of level `tag` (a batch of
+/// Floats stays in its float64 stack).
+pub(super) fn stack_leaf<H: Host>(m: &mut H, tag: u32, size: usize, leaf: Value) -> FResult<Value> {
+    match at(leaf, tag) {
         At::Batch(v, axis, _) => front(m, v, axis),
         At::Plain(v) => tile(m, v, size),
+    }
+}
+
+/// `v` batched at every level of `levels` (innermost first, with their batch sizes), layered
+/// in that order: a layer it lacks is added with `v` repeated along a new axis, as the same
+/// value for every example of that level. (A custom call's result, so that its rule gets
+/// each example's own output adjoint.)
+pub(super) fn spread<H: Host>(m: &mut H, v: Value, levels: &[(u32, usize)]) -> FResult<Value> {
+    let Some((&(tag, size), rest)) = levels.split_first() else { return Ok(v) };
+    Ok(match v {
+        Value::Batched(b) if b.tag == tag => {
+            let inner = spread(m, b.value.clone(), rest)?;
+            batched(tag, inner, b.axis, b.kind)
+        }
+        v if super::is_tensor(&v) => {
+            let tiled = tile(m, v, size)?;
+            batched(tag, spread(m, tiled, rest)?, 0, Example::Tensor)
+        }
+        v => {
+            // A batch of Floats is a float64 stack: 1 · v as a float64 0-d tensor (exact, and
+            // still perturbed if v is), spread over the batch.
+            let one = crate::runtime::tensor::wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
+            let v = m.prim2(Prim::Mul, one, v)?;
+            let tiled = call(m, TOp::BroadcastTo(vec![size]), vec![v])?;
+            batched(tag, spread(m, tiled, rest)?, 0, Example::Float(DType::F32))
+        }
     })
 }
 
@@ -1377,21 +1501,4 @@ fn tile<H: Host>(m: &mut H, v: Value, b: usize) -> FResult<Value> {
     one.extend_from_slice(&s);
     let v = call(m, TOp::Reshape(one), vec![v])?;
     call(m, TOp::BroadcastTo(full), vec![v])
-}
-
-/// Whether a leaf of `x` is perturbed, under its batching layers, by a `grad` or `jvp` level
-/// (one outside a `vmap` that batches it).
-pub fn perturbed_under_batch(x: &Value) -> bool {
-    let mut found = false;
-    let _ = super::map_leaves(x.clone(), &mut |leaf| {
-        let mut v = &leaf;
-        while let Value::Batched(b) = v {
-            v = &b.value;
-        }
-        if matches!(v, Value::Tracked(_) | Value::Dual(_)) && matches!(leaf, Value::Batched(_)) {
-            found = true;
-        }
-        Ok(leaf.clone())
-    });
-    found
 }

@@ -54,7 +54,7 @@ use crate::runtime::perturbed::{
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{TOp, Tensor, Un};
-pub use custom::{custom_level, dual_result, peel, record_custom, resume_backward, tangents_at};
+pub use custom::{custom_site, dual_result, peel, record_custom, resume_backward, spread_all, tangents_at, Site};
 pub use host::Host;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -652,8 +652,8 @@ fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
             AdjFrame::Custom(frame) => {
                 // The rule is dp code: the machine runs it, and then `resume_backward`.
                 outer.flush_all(m)?;
-                if let Some((inputs, call)) = custom::rule_call(m, tag, *frame)? {
-                    return Ok(Back::Call(Box::new(Suspended { state, y, inputs }), call));
+                if let Some((inputs, batch, call)) = custom::rule_call(m, tag, *frame)? {
+                    return Ok(Back::Call(Box::new(Suspended { state, y, inputs, batch }), call));
                 }
             }
             AdjFrame::Op(frame) => {

@@ -860,20 +860,22 @@ impl Machine {
                 let Delim::Custom(call) = self.restore_below()? else {
                     return Err(Fault::internal("a custom rule's delimiter vanished"));
                 };
-                let CustomCall { tag, grad, rule, f, inputs, x, y, span } = *call;
+                let CustomCall { tag, grad, rule, f, inputs, x, y, span, batch } = *call;
                 match (grad, y, rule) {
                     (true, _, rule) => {
-                        Ok(Some(Action::Return(ad::record_custom(self, tag, rule, f, inputs, x, v, span)?)))
+                        let v = ad::spread_all(self, v, &batch)?;
+                        Ok(Some(Action::Return(ad::record_custom(self, tag, rule, f, inputs, x, v, span, batch)?)))
                     }
                     // Forward mode: `f` has returned; its tangent is the rule's.
                     (false, None, Rule::Jvp(tan)) => {
-                        let xdot = ad::tangents_at(self, &inputs, tag)?;
+                        let v = ad::spread_all(self, v, &batch)?;
+                        let xdot = ad::tangents_at(self, &inputs, tag, &batch)?;
                         let rule = Rule::Jvp(tan.clone());
-                        let call = CustomCall { tag, grad, rule, f, inputs, x: x.clone(), y: Some(v), span };
+                        let call = CustomCall { tag, grad, rule, f, inputs, x: x.clone(), y: Some(v), span, batch };
                         self.push_segment(Delim::Custom(Box::new(call)));
                         Ok(Some(Action::Apply(tan, vec![x, xdot], span)))
                     }
-                    (false, Some(y), _) => Ok(Some(Action::Return(ad::dual_result(y, v, tag)?))),
+                    (false, Some(y), _) => Ok(Some(Action::Return(ad::dual_result(self, y, v, tag, &batch)?))),
                     (false, None, _) => Err(Fault::internal("a forward-mode custom call without a tangent rule")),
                 }
             }
@@ -909,7 +911,13 @@ impl Machine {
                 Ok(Some(Action::Return(result)))
             }
             ad::Back::Call(paused, call) => {
+                let batch = paused.batch.clone();
                 self.delim = Delim::Backward(paused);
+                // The record's `vmap` levels, reopened (outermost first) for the rule, which
+                // runs batched as `f` did; their delimiters stack its result for the cells.
+                for (tag, size) in batch {
+                    self.push_segment(Delim::Vmap { tag, size });
+                }
                 Ok(Some(match call {
                     RuleCall::Apply(f, args, span) => Action::Apply(f, args, span),
                     RuleCall::Vjp { f, x, seed, span } => self.start_grad(f, x, false, Some(seed), span)?,
@@ -992,32 +1000,28 @@ impl Machine {
                 self.push_segment(Delim::Vmap { tag, size });
                 Action::Apply(f, vec![batched], span)
             }
-            Control::Custom { f, rule, x } => match ad::custom_level(self, &x)? {
-                // Nothing perturbs the argument: the call is `f x`.
+            Control::Custom { f, rule, x } => match ad::custom_site(self, &x)? {
+                // Nothing perturbs the argument (a `vmap` may batch it): the call is `f x`.
                 None => Action::Apply(f, vec![x], span),
-                // A `vmap` is the innermost level: it batches `f`'s operations. A rule for a
-                // `grad` or `jvp` outside that `vmap` would have to run on the batch after it
-                // has returned, which is not built: refused rather than silently replaced by
-                // `f`'s own derivative. (`checkpoint` only saves memory: `f` is exact.)
-                Some(tag) if self.is_batch_level(tag) => {
-                    if !matches!(rule, Rule::Checkpoint) && ad::batch::perturbed_under_batch(&x) {
-                        return Err(Fault::new(
-                            "a custom derivative rule inside `vmap`, for a `grad` or `jvp` outside it, is not supported",
-                        )
-                        .help("put the `grad` or `jvp` inside the `vmap` (`vmap (grad …)`), where the rule applies"));
-                    }
-                    Action::Apply(f, vec![x], span)
-                }
-                Some(tag) => {
+                Some(ad::Site { tag, batch }) => {
                     let grad = self.grad_handler(tag).is_some();
                     if !grad && !matches!(rule, Rule::Jvp(_)) {
                         // No forward rule (`custom_vjp`, `checkpoint`): the `jvp` differentiates
                         // `f` itself, as it would any code.
                         Action::Apply(f, vec![x], span)
                     } else {
-                        let xp = ad::peel(self, &x, tag)?;
-                        let call =
-                            CustomCall { tag, grad, rule, f: f.clone(), inputs: x, x: xp.clone(), y: None, span };
+                        let xp = ad::peel(self, &x, tag, &batch)?;
+                        let call = CustomCall {
+                            tag,
+                            grad,
+                            rule,
+                            f: f.clone(),
+                            inputs: x,
+                            x: xp.clone(),
+                            y: None,
+                            span,
+                            batch,
+                        };
                         self.push_segment(Delim::Custom(Box::new(call)));
                         Action::Apply(f, vec![xp], span)
                     }

@@ -97,7 +97,15 @@ pub struct CustomFrame {
     pub returned: Value,
     /// The call's place, for faults raised applying the rule.
     pub span: crate::source::Span,
+    /// The `vmap` levels inside this one that batch the call (see `Rebatch`).
+    pub batch: Rebatch,
 }
+
+/// The `vmap` levels running inside a custom call's level that batch its argument, outermost
+/// first, each with its batch size: `f` ran batched by them, so the values a record keeps are
+/// batched by them too, and its rule runs under those levels again, reopened by the machine
+/// in the backward pass (after the `vmap`s themselves have returned). Empty in the common case.
+pub type Rebatch = Vec<(u32, usize)>;
 
 #[derive(Clone)]
 pub struct DeferredFrame {
@@ -169,6 +177,8 @@ pub struct Suspended {
     pub state: GradState,
     pub y: Value,
     pub inputs: Value,
+    /// The levels the rule runs under (the record's `batch`).
+    pub batch: Rebatch,
 }
 
 /// What a paused backward pass asks the machine to run.
@@ -195,6 +205,7 @@ pub struct CustomCall {
     /// `Some(y)` once `f` has returned and the tangent rule runs.
     pub y: Option<Value>,
     pub span: crate::source::Span,
+    pub batch: Rebatch,
 }
 
 /// The level of a perturbed value (0 for a plain one).

@@ -25,7 +25,10 @@
 //!   `float (argmax t)` — per-example selects and Int batches under every transformation),
 //!   dp's `vmap` against `jax.vmap` — the batched values,
 //!   per-example gradients, a `jvp` of the batched function, the gradient of the summed batch
-//!   and per-example Hessian-vector products (80 numbers a case, 60 cases by default).
+//!   and per-example Hessian-vector products, and the gradient of a parameter all examples
+//!   share (86 numbers a case, 60 cases by default); a third of the cases wrap f in
+//!   `checkpoint`, a third in a `custom_vjp` whose rule is twice f's derivative (to JAX as
+//!   `jax.custom_vjp`, without the jvp numbers JAX refuses for it: 58).
 //!
 //! **Agreement rules.** NaN matches only NaN; an infinity only the same infinity (for float32
 //! cases, a number beyond 1e37 also matches the infinity of its sign: dp reduces float32
@@ -105,13 +108,14 @@ enum Case {
         reduce: usize,
         xs: Vec<f64>,
         vs: Vec<f64>,
+        wrap: Wrap,
     },
 }
 
 /// The batch size of the vmap cases (each example a [2, 3] point).
 const VMAP_B: usize = 4;
 
-fn vmap_case(seed: u64) -> Case {
+fn vmap_case(seed: u64, wrap: Wrap) -> Case {
     let mut rng = Rng::new(seed);
     let f = Gen { rng: &mut rng, vars: 1, depth: 0, batch: true }.tensor();
     let mut reduce = rng.below(REDUCE.len());
@@ -121,7 +125,7 @@ fn vmap_case(seed: u64) -> Case {
     // Ordinary points: batching is the subject here, the edges are the other cases'.
     let xs = values(&mut rng, 6 * VMAP_B, 0.0);
     let vs = values(&mut rng, 6 * VMAP_B, 0.0);
-    Case::Vmap { f, reduce, xs, vs }
+    Case::Vmap { f, reduce, xs, vs, wrap }
 }
 
 fn scalar_case(seed: u64, wrap: Wrap) -> Case {
@@ -165,7 +169,12 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
          def tensor(f, x, v):\n    return [f(x), g(f)(x), jax.jvp(f, (x,), (v,))[1], jax.jvp(g(f), (x,), (v,))[1]]\n\
          def vcase(f, xs, vs):\n    vf = jax.vmap(f)\n\
          \x20   return [vf(xs), jax.vmap(g(f))(xs), jax.jvp(vf, (xs,), (vs,))[1], g(lambda a: jnp.sum(vf(a)))(xs),\n\
-         \x20           jax.vmap(lambda x, v: jax.jvp(g(f), (x,), (v,))[1])(xs, vs)]\n",
+         \x20           jax.vmap(lambda x, v: jax.jvp(g(f), (x,), (v,))[1])(xs, vs), param(f, xs, vs)]\n\
+         def param(f, xs, vs): return g(lambda c: jnp.sum(jax.vmap(lambda x: f(x * c))(xs)))(vs[0])\n\
+         def vcase_rule(f, xs, vs):\n    vf = jax.vmap(f)\n\
+         \x20   return [vf(xs), jax.vmap(g(f))(xs), g(lambda a: jnp.sum(vf(a)))(xs), param(f, xs, vs)]\n\
+         def twice(p):\n    f = jax.custom_vjp(p)\n\
+         \x20   f.defvjp(lambda x: (p(x), x), lambda x, gb: (gb * 2.0 * g(p)(x),))\n    return f\n",
     );
     for (i, case) in cases {
         match case {
@@ -207,9 +216,17 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                 let _ =
                     writeln!(py, "case({i}, lambda: tensor(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
             }
-            Case::Vmap { f, reduce, xs, vs } => {
+            Case::Vmap { f, reduce, xs, vs, wrap } => {
                 let (rd, rj) = REDUCE[*reduce];
-                let _ = writeln!(dp, "let f{i} = fun t -> {rd} {}", print_tensor(f, true));
+                let body = format!("{rd} {}", print_tensor(f, true));
+                let _ = match wrap {
+                    Wrap::None => writeln!(dp, "let f{i} = fun t -> {body}"),
+                    Wrap::Checkpoint => writeln!(dp, "let f{i} = checkpoint (fun t -> {body})"),
+                    Wrap::CustomVjp => writeln!(
+                        dp,
+                        "let f{i} = let p = fun t -> {body} in custom_vjp p (fun x y g -> g * 2.0 * grad p x)"
+                    ),
+                };
                 let batch = |v: &[f64], dp: bool| {
                     let flat = tensor_lit(v, 3, dp);
                     if dp {
@@ -219,14 +236,29 @@ fn programs(cases: &[(usize, Case)]) -> (String, String) {
                     }
                 };
                 let (xd, vd) = (batch(xs, true), batch(vs, true));
-                let _ = writeln!(
-                    dp,
-                    "let () = println ({i}, vmap f{i} {xd}, vmap (grad f{i}) {xd}, snd (jvp (vmap f{i}) {xd} {vd}), \
-                     grad (fun a -> sum (vmap f{i} a)) {xd}, vmap (fun (x, v) -> snd (jvp (grad f{i}) x v)) ({xd}, {vd}))"
-                );
+                // The gradient of a parameter every example shares (the first tangent).
+                let param = format!("grad (fun c -> sum (vmap (fun x -> f{i} (x * c)) {xd})) (row {vd} 0)");
+                // JAX cannot forward-differentiate a custom_vjp function: no jvp there.
+                let _ = if *wrap == Wrap::CustomVjp {
+                    writeln!(
+                        dp,
+                        "let () = println ({i}, vmap f{i} {xd}, vmap (grad f{i}) {xd}, grad (fun a -> sum (vmap f{i} a)) {xd}, {param})"
+                    )
+                } else {
+                    writeln!(
+                        dp,
+                        "let () = println ({i}, vmap f{i} {xd}, vmap (grad f{i}) {xd}, snd (jvp (vmap f{i}) {xd} {vd}), \
+                         grad (fun a -> sum (vmap f{i} a)) {xd}, vmap (fun (x, v) -> snd (jvp (grad f{i}) x v)) ({xd}, {vd}), {param})"
+                    )
+                };
                 let (xj, vj) = (batch(xs, false), batch(vs, false));
-                let _ =
-                    writeln!(py, "case({i}, lambda: vcase(lambda t: {rj}({}), {xj}, {vj}))", print_tensor(f, false));
+                let fj = format!("lambda t: {rj}({})", print_tensor(f, false));
+                let (run, fj) = match wrap {
+                    Wrap::None => ("vcase", fj),
+                    Wrap::Checkpoint => ("vcase", format!("jax.checkpoint({fj})")),
+                    Wrap::CustomVjp => ("vcase_rule", format!("twice({fj})")),
+                };
+                let _ = writeln!(py, "case({i}, lambda: {run}({fj}, {xj}, {vj}))");
             }
         }
     }
@@ -381,7 +413,8 @@ fn derivatives_agree_with_jax_on_random_programs() {
 
 /// `vmap` against `jax.vmap` (issue 15) on random tensor functions: batched values, per-example
 /// gradients (`vmap (grad f)`), a `jvp` of the batched function, `grad` of the summed batch and
-/// per-example Hessian-vector products (`vmap` of `jvp` of `grad`), 80 numbers a case.
+/// per-example Hessian-vector products (`vmap` of `jvp` of `grad`) and a shared parameter's
+/// gradient, with f plain or wrapped in `checkpoint` or `custom_vjp` (see the module comment).
 #[test]
 fn vmap_agrees_with_jax_on_random_programs() {
     let Some(python) = crate::python::python_with(&["jax"], "the vmap test against JAX") else { return };
@@ -389,7 +422,11 @@ fn vmap_agrees_with_jax_on_random_programs() {
     let seed = env_num("DP_JAX_SEED").unwrap_or(DEFAULT_SEED) + 50_000;
     let dir = std::env::temp_dir().join(format!("dp-jax-vmap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the programs' directory");
-    let cases: Vec<(usize, Case)> = (0..count).map(|i| (i, vmap_case(seed + i as u64))).collect();
+    // Plain, and wrapped in `checkpoint` or a `custom_vjp` whose rule is twice f's derivative
+    // (so a result of f's own derivative would differ): a rule inside `vmap` under an outer
+    // `grad` (the summed batch's gradient, a shared parameter's) as well as under an inner one.
+    let wraps = [Wrap::None, Wrap::Checkpoint, Wrap::CustomVjp];
+    let cases: Vec<(usize, Case)> = (0..count).map(|i| (i, vmap_case(seed + i as u64, wraps[i % 3]))).collect();
     let (mut failures, mut compared) = (Vec::new(), 0);
     for b in cases.chunks(BATCH) {
         let (f, k) = run_batch(&python, b, &dir);
@@ -398,8 +435,14 @@ fn vmap_agrees_with_jax_on_random_programs() {
     }
     eprintln!("jax vmap: {count} cases, seed {seed}: {compared} numbers compared, {} cases disagree", failures.len());
     assert!(failures.is_empty(), "dp and JAX disagree on {} case(s):\n{}", failures.len(), failures.join("\n"));
-    let per_case = VMAP_B * (1 + 6 + 1 + 6 + 6);
-    assert!(compared == count * per_case, "{compared} numbers compared, expected {}", count * per_case);
+    let expected: usize = cases
+        .iter()
+        .map(|(_, c)| match c {
+            Case::Vmap { wrap: Wrap::CustomVjp, .. } => VMAP_B * (1 + 6 + 6) + 6,
+            _ => VMAP_B * (1 + 6 + 1 + 6 + 6) + 6,
+        })
+        .sum();
+    assert!(compared == expected, "{compared} numbers compared, expected {expected}");
     if std::env::var("DP_JAX_KEEP").is_err() {
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -87,7 +87,15 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let mut x = Some(x);
             numbers::call(b, &mut || x.take().unwrap_or_default())
         }
-        B::Floor | B::Ceil | B::Pi | B::Infinity | B::Nan | B::Ref => numbers::call(b, arg),
+        B::Floor | B::Ceil => {
+            let x = arg();
+            if let Value::Batched(_) = strip(&x) {
+                return ad::batch::round(m, &x, b == B::Ceil);
+            }
+            let mut x = Some(x);
+            numbers::call(b, &mut || x.take().unwrap_or_default())
+        }
+        B::Pi | B::Infinity | B::Nan | B::Ref => numbers::call(b, arg),
         B::TensorOf
         | B::Zeros
         | B::Ones
