@@ -35,6 +35,7 @@ pub struct Args(Repr);
 enum Repr {
     Few(u8, [u32; 3]),
     /// Boxed twice, so that the node stays 32 bytes (a `Box<[u32]>` is two words).
+    #[allow(clippy::box_collection)]
     Many(Box<Vec<u32>>),
 }
 
@@ -135,6 +136,7 @@ pub enum Node {
 pub enum Kind {
     Float,
     /// The shape boxed twice, so that a kind is two words (a trace's Floats carry one each).
+    #[allow(clippy::box_collection)]
     Tensor(DType, Box<Vec<usize>>),
 }
 

@@ -126,7 +126,7 @@ impl Seen {
             Node::Input(_) | Node::Const(_) => return None,
             Node::Apply(op, args) => (op, args),
         };
-        let Some(&latest) = args.iter().max() else { return None };
+        let &latest = args.iter().max()?;
         let latest = latest as usize;
         let (mut r, mut last) = (self.first[latest], NONE);
         while r != NONE {
