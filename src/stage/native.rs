@@ -35,8 +35,22 @@ const FUNCTION_NODES: usize = 2048;
 pub type NativeFn = unsafe extern "C" fn(*mut f64);
 
 /// The math functions native code calls, by their index here (`un_call`'s first argument).
-const UNARY: [Un; 12] =
-    [Un::Neg, Un::Sin, Un::Cos, Un::Tan, Un::Exp, Un::Log, Un::Sqrt, Un::Tanh, Un::Sigmoid, Un::Relu, Un::Abs, Un::Erf];
+const UNARY: [Un; 14] = [
+    Un::Neg,
+    Un::Sin,
+    Un::Cos,
+    Un::Tan,
+    Un::Exp,
+    Un::Log,
+    Un::Sqrt,
+    Un::Tanh,
+    Un::Sigmoid,
+    Un::Relu,
+    Un::Abs,
+    Un::Erf,
+    Un::Gelu,
+    Un::GeluGrad,
+];
 
 extern "C" fn un_call(code: u32, x: f64) -> f64 {
     UNARY[code as usize].eval(x)

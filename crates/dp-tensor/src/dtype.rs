@@ -124,6 +124,8 @@ impl Real for f32 {
             Un::Sigmoid => crate::cpu::vmath::sigmoid(x),
             // Float32's own (musl's erff, under an ulp), not f64's rounded: no f64 round trip.
             Un::Erf => libm::erff(x),
+            Un::Gelu => crate::op::gelu(x, false, crate::cpu::vmath::tanh),
+            Un::GeluGrad => crate::op::gelu(x, true, crate::cpu::vmath::tanh),
             _ => op.eval(x),
         }
     }

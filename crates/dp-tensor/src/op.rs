@@ -21,6 +21,30 @@ pub enum Un {
     Relu = 9,
     Abs = 10,
     Erf = 11,
+    /// GELU in its tanh form, 0.5 x (1 + tanh (√(2/π) (x + 0.044715 x³))) (`nn.gelu`): one pass
+    /// instead of the nine operations of the formula, each a fresh activation-sized buffer
+    /// (and twice that many in the backward pass). (12–15 are unary.wgsl's internal codes.)
+    Gelu = 16,
+    /// GELU's derivative (its reverse and forward rules; differentiable in turn).
+    GeluGrad = 17,
+}
+
+/// √(2/π) and the cubic coefficient of GELU's tanh form.
+const GELU_C: f64 = 0.7978845608028654;
+const GELU_A: f64 = 0.044715;
+
+/// GELU's tanh form and its derivative at x, given the tanh function to use (libm's for
+/// Floats, the vectorizable float32 one for tensor elements).
+#[inline(always)]
+pub fn gelu<F: num_traits::Float>(x: F, grad: bool, tanh: impl Fn(F) -> F) -> F {
+    let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
+    let (c, a, half, one) = (k(GELU_C), k(GELU_A), k(0.5), F::one());
+    let t = tanh(c * x * (one + a * x * x));
+    if !grad {
+        return half * x * (one + t);
+    }
+    // d/dx: 0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²).
+    half * (one + t) + half * x * (one - t * t) * c * (one + k(3.0) * a * x * x)
 }
 
 impl Un {
@@ -53,6 +77,8 @@ impl Un {
                 Some(v) => F::from(libm::erf(v)).unwrap_or_else(F::nan),
                 None => F::nan(),
             },
+            Un::Gelu => gelu(x, false, F::tanh),
+            Un::GeluGrad => gelu(x, true, F::tanh),
         }
     }
 }

@@ -32,10 +32,33 @@ pub fn pick<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TRes
 /// `a` where `c`, else `b`, the three broadcast together.
 pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
+    // The selects of models (a mask over the last axes, a constant on one side, the operands
+    // of a reverse rule) repeat each operand's elements in whole blocks: a flat loop over
+    // those blocks instead of ndarray's broadcast iteration over every axis.
+    if let (Some(cs), Some(xs), Some(ys)) = (repeated(c, &shape), repeated(a, &shape), repeated(b, &shape)) {
+        let n: usize = shape.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let (mut i, mut j, mut k) = (0, 0, 0);
+        for _ in 0..n {
+            out.push(if cs[i] { xs[j] } else { ys[k] });
+            i = if i + 1 == cs.len() { 0 } else { i + 1 };
+            j = if j + 1 == xs.len() { 0 } else { j + 1 };
+            k = if k + 1 == ys.len() { 0 } else { k + 1 };
+        }
+        return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
+    }
     let cb = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let ab = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let bb = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     Ok(Zip::from(&cb).and(&ab).and(&bb).map_collect(|&c, &p, &q| if c { p } else { q }))
+}
+
+/// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
+/// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`.
+fn repeated<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<&'a [T]> {
+    let own: Vec<usize> = a.shape().iter().copied().skip_while(|&d| d == 1).collect();
+    let data = a.as_slice()?;
+    (own.len() <= shape.len() && shape.ends_with(&own) && !data.is_empty()).then_some(data)
 }
 
 /// The position of the first largest element along `axis` (removed), the first NaN if any,

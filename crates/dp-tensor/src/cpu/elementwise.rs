@@ -59,7 +59,7 @@ macro_rules! with_bin {
 /// operation.
 macro_rules! with_un {
     ($op:expr, $t:ty, $f:ident, $body:expr) => {
-        with_un!(@arms $op, $t, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf)
+        with_un!(@arms $op, $t, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf Gelu GeluGrad)
     };
     (@arms $op:expr, $t:ty, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {

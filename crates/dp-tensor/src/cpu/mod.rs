@@ -106,6 +106,13 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(out)
     }
     fn softmax(&self, log: bool) -> TResult<Self> {
+        if let (Some(data), Some(&n)) = (self.as_slice(), self.shape().last()) {
+            if n > 0 {
+                return Ok(
+                    ArrayD::from_shape_vec(self.raw_dim(), softmax_rows(data, n, log)).map_err(|e| e.to_string())?
+                );
+            }
+        }
         let ax = Axis(self.ndim() - 1);
         let max = self.map_axis(ax, |r| r.fold(T::neg_infinity(), |a, &b| a.max(b))).insert_axis(ax);
         if log {
@@ -171,6 +178,32 @@ impl<T: Real> Backend for ArrayD<T> {
     fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self> {
         conv::pool(self, k, other, pick)
     }
+}
+
+/// Softmax (or log-softmax) of each row of `n` elements of `data`, row by row into one new
+/// buffer: the general path makes four activation-sized temporaries (the shifted values,
+/// their exponentials, the broadcast sums, the quotient), and attention's scores are the
+/// largest tensors of a Transformer step. The same arithmetic: exp (x − max), then divided by
+/// the row's sum, or x − max − ln (sum).
+fn softmax_rows<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
+    let mut out = Vec::with_capacity(data.len());
+    for row in data.chunks_exact(n) {
+        let max = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+        let start = out.len();
+        out.extend(row.iter().map(|&x| T::un(crate::Un::Exp, x - max)));
+        let sum = out[start..].iter().fold(T::zero(), |a, &b| a + b);
+        if log {
+            let lse = sum.ln();
+            for (o, &x) in out[start..].iter_mut().zip(row) {
+                *o = x - max - lse;
+            }
+        } else {
+            for o in &mut out[start..] {
+                *o = *o / sum;
+            }
+        }
+    }
+    out
 }
 
 /// The output buffer of a batched product, written by several threads at once: each product
