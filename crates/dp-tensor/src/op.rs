@@ -33,18 +33,25 @@ pub enum Un {
 const GELU_C: f64 = 0.7978845608028654;
 const GELU_A: f64 = 0.044715;
 
-/// GELU's tanh form and its derivative at x, given the tanh function to use (libm's for
-/// Floats, the vectorizable float32 one for tensor elements).
+/// GELU's tanh form at x (or, with `grad`, its derivative) from t = tanh (`gelu_arg` x): the
+/// caller takes the tanh (libm's for Floats, the vectorizable float32 one for tensor
+/// elements), so the loop over a tensor inlines it.
 #[inline(always)]
-pub fn gelu<F: num_traits::Float>(x: F, grad: bool, tanh: impl Fn(F) -> F) -> F {
+pub fn gelu<F: num_traits::Float>(x: F, t: F, grad: bool) -> F {
     let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
-    let (c, a, half, one) = (k(GELU_C), k(GELU_A), k(0.5), F::one());
-    let t = tanh(c * x * (one + a * x * x));
+    let (half, one) = (k(0.5), F::one());
     if !grad {
         return half * x * (one + t);
     }
     // d/dx: 0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²).
-    half * (one + t) + half * x * (one - t * t) * c * (one + k(3.0) * a * x * x)
+    half * (one + t) + half * x * (one - t * t) * k(GELU_C) * (one + k(3.0 * GELU_A) * x * x)
+}
+
+/// The argument of GELU's tanh, √(2/π) (x + 0.044715 x³).
+#[inline(always)]
+pub fn gelu_arg<F: num_traits::Float>(x: F) -> F {
+    let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
+    k(GELU_C) * x * (F::one() + k(GELU_A) * x * x)
 }
 
 impl Un {
@@ -77,8 +84,7 @@ impl Un {
                 Some(v) => F::from(libm::erf(v)).unwrap_or_else(F::nan),
                 None => F::nan(),
             },
-            Un::Gelu => gelu(x, false, F::tanh),
-            Un::GeluGrad => gelu(x, true, F::tanh),
+            Un::Gelu | Un::GeluGrad => gelu(x, gelu_arg(x).tanh(), self == Un::GeluGrad),
         }
     }
 }

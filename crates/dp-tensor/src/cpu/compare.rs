@@ -37,13 +37,22 @@ pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResul
     // those blocks instead of ndarray's broadcast iteration over every axis.
     if let (Some(cs), Some(xs), Some(ys)) = (repeated(c, &shape), repeated(a, &shape), repeated(b, &shape)) {
         let n: usize = shape.iter().product();
+        // The blocks nest (each length is a product of trailing axes), so the shortest block
+        // longer than one element divides every other; one-element operands are spread to it.
+        let p = [cs.len(), xs.len(), ys.len()].into_iter().filter(|&l| l > 1).min().unwrap_or(n);
+        fn spread<T: Copy>(s: &[T], p: usize) -> std::borrow::Cow<'_, [T]> {
+            if s.len() == 1 {
+                std::borrow::Cow::Owned(vec![s[0]; p])
+            } else {
+                std::borrow::Cow::Borrowed(s)
+            }
+        }
+        let (cs, xs, ys) = (spread(cs, p), spread(xs, p), spread(ys, p));
         let mut out = Vec::with_capacity(n);
-        let (mut i, mut j, mut k) = (0, 0, 0);
-        for _ in 0..n {
-            out.push(if cs[i] { xs[j] } else { ys[k] });
-            i = if i + 1 == cs.len() { 0 } else { i + 1 };
-            j = if j + 1 == xs.len() { 0 } else { j + 1 };
-            k = if k + 1 == ys.len() { 0 } else { k + 1 };
+        for start in (0..n).step_by(p) {
+            let block = |len: usize| start % len..start % len + p;
+            let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
+            out.extend(c.iter().zip(x).zip(y).map(|((&c, &x), &y)| if c { x } else { y }));
         }
         return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
     }
