@@ -648,6 +648,32 @@ pub fn conv_dims(x: &[usize], k: &[usize], cv: Conv) -> TResult<ConvDims> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn gelu_and_its_derivative_in_float64_and_float32() {
+        // NumPy: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))).
+        let xs = [-3.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5];
+        let want = [
+            -0.0036373920817729943,
+            -0.15880800939172324,
+            -0.15428599017485606,
+            0.0,
+            0.18537092354275922,
+            0.8411919906082768,
+            2.484915733910001,
+        ];
+        for (&x, &w) in xs.iter().zip(&want) {
+            assert!((Un::Gelu.eval(x) - w).abs() < 1e-15, "gelu {x}");
+            let f32_value = <f32 as crate::Real>::un(Un::Gelu, x as f32);
+            assert!((f64::from(f32_value) - w).abs() < 1e-6, "float32 gelu {x}");
+            // The derivative against central differences.
+            let h = 1e-6;
+            let fd = (Un::Gelu.eval(x + h) - Un::Gelu.eval(x - h)) / (2.0 * h);
+            assert!((Un::GeluGrad.eval(x) - fd).abs() < 1e-8, "gelu' {x}");
+            let d32 = <f32 as crate::Real>::un(Un::GeluGrad, x as f32);
+            assert!((f64::from(d32) - fd).abs() < 1e-6, "float32 gelu' {x}");
+        }
+    }
+
     fn fits(op: TOp, shapes: &[&[usize]]) -> bool {
         op.check(shapes).is_ok()
     }

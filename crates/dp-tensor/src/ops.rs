@@ -249,6 +249,35 @@ fn apply_layout<T: Clone>(
     Ok(Out::Tensor(Tensor { storage: wrap(out) }))
 }
 
+/// `reshape` of a tensor the caller owns: a row-major CPU array takes the new shape without
+/// copying its elements (the generic `forward` gets a borrowed operand and must copy). The
+/// reverse rules reshape adjoints nobody else holds, and activations pass through several
+/// reshapes in attention's head split and merge.
+pub fn reshape_owned(t: Tensor, shape: &[usize]) -> TResult<Tensor> {
+    let op = TOp::Reshape(shape.to_vec());
+    op.check(&[&t])?;
+    fn moved<T: Clone>(a: ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
+        if a.is_standard_layout() {
+            Ok(a.into_shape_with_order(ndarray::IxDyn(shape)).map_err(|e| e.to_string())?)
+        } else {
+            layout::reshape(&a, shape)
+        }
+    }
+    let storage = match t.storage {
+        Storage::F32(a) => Storage::F32(moved(a, shape)?),
+        Storage::F64(a) => Storage::F64(moved(a, shape)?),
+        Storage::I64(a) => Storage::I64(moved(a, shape)?),
+        Storage::Bool(a) => Storage::Bool(moved(a, shape)?),
+        gpu @ Storage::Gpu(_) => {
+            return match forward(&op, &[&Tensor { storage: gpu }])? {
+                Out::Tensor(t) => Ok(t),
+                Out::Float(_) => Err(TensorError::internal("a reshape to a Float")),
+            }
+        }
+    };
+    Ok(Tensor { storage })
+}
+
 /// The error for operands on two devices, naming both.
 pub fn mixed_devices(what: &str, a: Device, b: Device) -> TensorError {
     TensorError::new(format!("{what}: the operands are on two devices ({} and {})", a.name(), b.name()))

@@ -118,4 +118,28 @@ mod tests {
         let s = select(&c, &a(&[3], &[1, 2, 3]), &a(&[], &[0])).unwrap();
         assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![1, 2, 3, 0, 0, 0]);
     }
+
+    #[test]
+    fn the_block_loop_selects_as_the_general_broadcast() {
+        // A mask over the last two axes of [2, 3, 2, 2], a constant, a full operand, a [1, 2]
+        // row: the block loop's cases, against ndarray's broadcast iteration.
+        let general = |c: &ArrayD<bool>, x: &ArrayD<i64>, y: &ArrayD<i64>| {
+            let s = broadcast_shape(&broadcast_shape(c.shape(), x.shape()).unwrap(), y.shape()).unwrap();
+            let (cb, xb, yb) =
+                (c.broadcast(s.clone()).unwrap(), x.broadcast(s.clone()).unwrap(), y.broadcast(s).unwrap());
+            Zip::from(&cb).and(&xb).and(&yb).map_collect(|&c, &p, &q| if c { p } else { q })
+        };
+        let full = a(&[2, 3, 2, 2], &(0..24).collect::<Vec<i64>>());
+        let mask = a(&[2, 2], &[true, false, true, true]);
+        let row = a(&[1, 2], &[-1i64, -2]);
+        let cases = [
+            (mask.clone(), full.clone(), a(&[], &[-7i64])),
+            (mask.clone(), a(&[], &[5i64]), full.clone()),
+            (a(&[2, 3, 2, 2], &(0..24).map(|i| i % 3 == 0).collect::<Vec<_>>()), row.clone(), full.clone()),
+            (a(&[1, 1, 2], &[false, true]), row, a(&[3, 2, 2], &(0..12).collect::<Vec<i64>>())),
+        ];
+        for (c, x, y) in cases {
+            assert_eq!(select(&c, &x, &y).unwrap(), general(&c, &x, &y));
+        }
+    }
 }

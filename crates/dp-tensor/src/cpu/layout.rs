@@ -67,3 +67,23 @@ pub fn concat<T: Clone>(parts: &[&ArrayD<T>], axis: usize) -> TResult<ArrayD<T>>
 pub fn slice<T: Clone>(a: &ArrayD<T>, axis: usize, lo: usize, hi: usize) -> ArrayD<T> {
     a.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permute_agrees_with_ndarrays_copy() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4, 5]), (0..120).collect::<Vec<i64>>()).unwrap();
+        for perm in [[0, 2, 1, 3], [0, 1, 3, 2], [3, 2, 1, 0], [1, 0, 2, 3], [0, 1, 2, 3]] {
+            let want = a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned();
+            let got = permute(&a, &perm);
+            assert_eq!(got, want, "{perm:?}");
+            assert!(got.is_standard_layout());
+        }
+        // A view that is not row-major takes ndarray's path, with the same result.
+        let t = a.clone().reversed_axes();
+        assert_eq!(permute(&t, &[1, 0, 2, 3]), t.view().permuted_axes(IxDyn(&[1, 0, 2, 3])).as_standard_layout());
+        assert_eq!(permute(&ArrayD::<f32>::zeros(IxDyn(&[0, 3])), &[1, 0]).shape(), &[3, 0]);
+    }
+}

@@ -391,3 +391,58 @@ pub fn product_into<T: Real>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arr(shape: &[usize], f: impl Fn(usize) -> f64) -> ArrayD<f64> {
+        ArrayD::from_shape_vec(IxDyn(shape), (0..shape.iter().product()).map(f).collect()).unwrap()
+    }
+
+    #[test]
+    fn softmax_by_rows_agrees_with_the_general_path() {
+        let x = arr(&[3, 2, 5], |i| ((i * 7) % 11) as f64 * 0.37 - 1.5);
+        // A non-contiguous view takes the general path: the same numbers transposed back.
+        let t = x.clone().reversed_axes();
+        for log in [false, true] {
+            let rows = x.softmax(log).unwrap();
+            let general = t.as_standard_layout().into_owned().reversed_axes();
+            let want = {
+                let ax = Axis(2);
+                let max = general.map_axis(ax, |r| r.fold(f64::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+                let e = (&general - &max).mapv(f64::exp);
+                let s = e.sum_axis(ax).insert_axis(ax);
+                if log {
+                    &general - &max - s.mapv(f64::ln)
+                } else {
+                    e / s
+                }
+            };
+            for (p, q) in rows.iter().zip(want.iter()) {
+                assert!((p - q).abs() < 1e-15, "{p} {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn products_of_stacks_read_transposes_in_place() {
+        // out = x'[i] @ y'[i] + out for a batch of 2 × 3, against the sums written out.
+        let (m, k, n) = (3, 4, 2);
+        let x = arr(&[2, 3, k, m], |i| (i % 13) as f64 - 6.0);
+        let y = arr(&[2, 3, k, n], |i| (i % 7) as f64 * 0.5);
+        let mut out = arr(&[2, 3, m, n], |i| i as f64);
+        let before = out.clone();
+        product_into(&mut out, &x, true, &y, false, 1.0).unwrap();
+        for (b, c) in [(0, 0), (1, 2), (0, 1)] {
+            for (i, j) in [(0, 0), (2, 1), (1, 0)] {
+                let s: f64 = (0..k).map(|p| x[[b, c, p, i].as_slice()] * y[[b, c, p, j].as_slice()]).sum();
+                assert_eq!(out[[b, c, i, j].as_slice()], s + before[[b, c, i, j].as_slice()]);
+            }
+        }
+        // Batch axes that differ are refused before anything is written.
+        let mut other = arr(&[1, 3, m, n], |_| 0.0);
+        assert!(product_into(&mut other, &x, true, &y, false, 1.0).is_err());
+        assert!(other.iter().all(|&v| v == 0.0));
+    }
+}
