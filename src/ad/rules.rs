@@ -46,7 +46,7 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
         // from the second order on): with u = c (x + a x³), t = tanh u, u' = c (1 + 3a x²),
         // (1 − t²) (u' − x t u'² + 3ac x²).
         Un::GeluGrad => {
-            let (c, a) = (0.7978845608028654, 0.044715);
+            let (c, a) = (crate::tensor::op::GELU_C, crate::tensor::op::GELU_A);
             let xx = m.prim2(Prim::Mul, x.clone(), x.clone())?;
             let cubic = m.prim2(Prim::Mul, f(a * c), xx.clone())?;
             let cubic = m.prim2(Prim::Add, f(c), cubic)?;

@@ -30,8 +30,8 @@ pub enum Un {
 }
 
 /// √(2/π) and the cubic coefficient of GELU's tanh form.
-const GELU_C: f64 = 0.7978845608028654;
-const GELU_A: f64 = 0.044715;
+pub const GELU_C: f64 = 0.7978845608028654;
+pub const GELU_A: f64 = 0.044715;
 
 /// GELU's tanh form at x (or, with `grad`, its derivative) from t = tanh (`gelu_arg` x): the
 /// caller takes the tanh (libm's for Floats, the vectorizable float32 one for tensor
