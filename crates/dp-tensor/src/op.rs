@@ -651,7 +651,7 @@ mod tests {
     #[test]
     fn gelu_and_its_derivative_in_float64_and_float32() {
         // NumPy: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))).
-        let xs = [-3.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5];
+        let xs: [f64; 7] = [-3.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5];
         let want = [
             -0.0036373920817729943,
             -0.15880800939172324,
