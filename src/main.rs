@@ -81,6 +81,7 @@ fn set_device(device: &str) -> bool {
 }
 
 fn main() -> ExitCode {
+    dp::cli::keep_freed_memory();
     let cli = Cli::parse();
     dp::cli::set_color(dp::cli::ColorChoice::parse(&cli.color).unwrap_or(dp::cli::ColorChoice::Auto));
     // The checker recurses on the syntax tree; give it room for deeply nested programs.

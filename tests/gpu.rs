@@ -256,6 +256,8 @@ fn gpu_unary_math() {
         Case { name: "sigmoid", tol: E, code: "let () = pt (sigmoid (x * 4.0))" },
         // Every branch of the shader's erf: |x| below 0.84375, 1.25, 1/0.35 and 6, and beyond.
         Case { name: "erf", tol: E, code: "let () = (pt (erf x); pt (erf (x * 3.0)); pt (erf (x * 8.0)))" },
+        Case { name: "gelu", tol: E, code: "let () = (pt (gelu (x * 3.0)); pt (gelu (x * 40.0)))" },
+        Case { name: "gelu's derivative", tol: E, code: "let () = pt (grad (fun x -> sum (gelu (x * 3.0))) x)" },
         Case {
             name: "erf special values",
             tol: E,

@@ -39,7 +39,9 @@ def helpers(np):
         erf = numpy.vectorize(math.erf)
     else:
         from jax.scipy.special import erf
-    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis, erf=erf)
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis, erf=erf, gelu=gelu)
 np = numpy
 x = np.array([[0.5, -1.25, 2.0], [1.75, -0.25, 3.0]])
 y = np.array([1.0, -0.5, 2.5])
@@ -157,6 +159,7 @@ const GRADS: &[(&str, &str)] = &[
     ("gather (x * x) (tensor [1, 1, 0]) 0", "np.take(x * x, np.array([1, 1, 0]), axis=0)"),
     ("z + get x [1, -1] * get x [0, 1]", "z + x[1, -1] * x[0, 1]"),
     ("erf (x * x) * erf x + erf (y - x)", "erf(x * x) * erf(x) + erf(y - x)"),
+    ("gelu (x * y) * gelu x", "gelu(x * y) * gelu(x)"),
 ];
 
 #[test]

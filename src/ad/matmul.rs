@@ -56,6 +56,10 @@ pub(super) fn adjoint_into<H: Host>(
         // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
         (1, 2, 1) => m.product_into(buf, g, false, a, false, 1.0),
         (0, 1, 2) => m.product_into(buf, b, false, g, false, 1.0),
+        // Stacks of matrices with the same batch axes (broadcast ones are left to the
+        // generic rule, which sums over the broadcast axes): the transposes are read in place.
+        (0, r, s) if r > 2 && r == s => m.product_into(buf, g, false, b, true, 1.0),
+        (1, r, s) if r > 2 && r == s => m.product_into(buf, a, true, g, false, 1.0),
         _ => Ok(false),
     };
     // A refusal writes nothing (shapes are checked first), so the buffer goes back as is.

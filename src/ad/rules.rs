@@ -41,6 +41,29 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
             let e = super::apply_un(m, Un::Exp, neg)?;
             m.prim2(Prim::Mul, f(std::f64::consts::FRAC_2_SQRT_PI), e)?
         }
+        Un::Gelu => super::apply_un(m, Un::GeluGrad, x)?,
+        // GELU's second derivative, composed of differentiable operations (it is only needed
+        // from the second order on): with u = c (x + a x³), t = tanh u, u' = c (1 + 3a x²),
+        // (1 − t²) (u' − x t u'² + 3ac x²).
+        Un::GeluGrad => {
+            let (c, a) = (crate::tensor::op::GELU_C, crate::tensor::op::GELU_A);
+            let xx = m.prim2(Prim::Mul, x.clone(), x.clone())?;
+            let cubic = m.prim2(Prim::Mul, f(a * c), xx.clone())?;
+            let cubic = m.prim2(Prim::Add, f(c), cubic)?;
+            let u = m.prim2(Prim::Mul, x.clone(), cubic)?;
+            let t = super::apply_un(m, Un::Tanh, u)?;
+            let tt = m.prim2(Prim::Mul, t.clone(), t.clone())?;
+            let s = m.prim2(Prim::Sub, f(1.0), tt)?;
+            let up = m.prim2(Prim::Mul, f(3.0 * a * c), xx.clone())?;
+            let up = m.prim2(Prim::Add, f(c), up)?;
+            let upup = m.prim2(Prim::Mul, up.clone(), up.clone())?;
+            let xt = m.prim2(Prim::Mul, x, t)?;
+            let xtuu = m.prim2(Prim::Mul, xt, upup)?;
+            let inner = m.prim2(Prim::Sub, up, xtuu)?;
+            let last = m.prim2(Prim::Mul, f(3.0 * a * c), xx)?;
+            let inner = m.prim2(Prim::Add, inner, last)?;
+            m.prim2(Prim::Mul, s, inner)?
+        }
         Un::Sigmoid => {
             let one_minus = m.prim2(Prim::Sub, f(1.0), y.clone())?;
             m.prim2(Prim::Mul, y, one_minus)?

@@ -15,10 +15,38 @@ use crate::tensor::{Cmp, Device, TOp, Tensor, Un};
 
 /// Applies a tensor operation to values that may carry perturbations: the AD-aware entry point.
 pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
+    if is_identity(&op, &args) {
+        return Ok(args.into_iter().next().unwrap_or(Value::Unit));
+    }
+    if let (TOp::Reshape(shape), [Value::Tensor(_)]) = (&op, args.as_slice()) {
+        if let Some(Value::Tensor(t)) = args.into_iter().next() {
+            return match std::rc::Rc::try_unwrap(t) {
+                Ok(t) => Ok(wrap(crate::tensor::ops::reshape_owned(t, shape)?)),
+                Err(shared) => m.forward(&op, &[Value::Tensor(shared)]),
+            };
+        }
+        return Err(crate::runtime::Fault::internal("a reshape without its operand"));
+    }
     if !args.iter().any(is_ad) {
         return m.forward(&op, &args);
     }
     ad::tensor_op(m, op, args)
+}
+
+/// Whether `op` leaves its one tensor operand as it is: a reshape, broadcast or sum to the
+/// shape it already has, or the identity permutation (einsum's lowering and the batched
+/// product's rule emit them for every operand). The operand is then the result: a CPU tensor
+/// owns its buffer, so running the operation would copy it, and under `grad` record a frame.
+fn is_identity(op: &TOp, args: &[Value]) -> bool {
+    let [x] = args else { return false };
+    if !ad::is_tensor(x) {
+        return false;
+    }
+    match op {
+        TOp::Reshape(s) | TOp::SumTo(s) | TOp::BroadcastTo(s) => ad::shape_of(x) == *s,
+        TOp::Permute(perm) => perm.iter().enumerate().all(|(i, &p)| i == p) && perm.len() == ad::shape_of(x).len(),
+        _ => false,
+    }
 }
 
 fn mul<H: Host>(m: &mut H, a: Value, b: Value) -> FResult<Value> {

@@ -24,6 +24,7 @@ fn inline_builtin(i: u32) -> Option<Op> {
         B::Tanh => Op::Math(Un::Tanh),
         B::Sigmoid => Op::Math(Un::Sigmoid),
         B::Erf => Op::Math(Un::Erf),
+        B::Gelu => Op::Math(Un::Gelu),
         B::Relu => Op::Math(Un::Relu),
         _ => return None,
     })

@@ -1250,6 +1250,7 @@ impl Machine {
             B::Tanh => self.math(Un::Tanh, arg())?,
             B::Sigmoid => self.math(Un::Sigmoid, arg())?,
             B::Erf => self.math(Un::Erf, arg())?,
+            B::Gelu => self.math(Un::Gelu, arg())?,
             B::Relu => self.math(Un::Relu, arg())?,
             B::Abs => match arg() {
                 Value::Int(n) => Value::Int(n.wrapping_abs()),
@@ -1341,6 +1342,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::Tanh
             | B::Sigmoid
             | B::Erf
+            | B::Gelu
             | B::Relu
             | B::Abs
             | B::Shape

@@ -35,8 +35,22 @@ const FUNCTION_NODES: usize = 2048;
 pub type NativeFn = unsafe extern "C" fn(*mut f64);
 
 /// The math functions native code calls (by their index here, `UN_FNS`).
-const UNARY: [Un; 12] =
-    [Un::Neg, Un::Sin, Un::Cos, Un::Tan, Un::Exp, Un::Log, Un::Sqrt, Un::Tanh, Un::Sigmoid, Un::Relu, Un::Abs, Un::Erf];
+const UNARY: [Un; 14] = [
+    Un::Neg,
+    Un::Sin,
+    Un::Cos,
+    Un::Tan,
+    Un::Exp,
+    Un::Log,
+    Un::Sqrt,
+    Un::Tanh,
+    Un::Sigmoid,
+    Un::Relu,
+    Un::Abs,
+    Un::Erf,
+    Un::Gelu,
+    Un::GeluGrad,
+];
 
 /// `UNARY[K]`, the interpreter's own `Un::eval`, as an entry point of its own: native code
 /// calls the function directly rather than one entry point that dispatches on a code (a
@@ -45,7 +59,7 @@ extern "C" fn un_fn<const K: usize>(x: f64) -> f64 {
     UNARY[K].eval(x)
 }
 
-const UN_FNS: [extern "C" fn(f64) -> f64; 12] = [
+const UN_FNS: [extern "C" fn(f64) -> f64; 14] = [
     un_fn::<0>,
     un_fn::<1>,
     un_fn::<2>,
@@ -58,6 +72,8 @@ const UN_FNS: [extern "C" fn(f64) -> f64; 12] = [
     un_fn::<9>,
     un_fn::<10>,
     un_fn::<11>,
+    un_fn::<12>,
+    un_fn::<13>,
 ];
 
 extern "C" fn pow_call(x: f64, y: f64) -> f64 {

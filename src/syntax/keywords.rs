@@ -59,6 +59,7 @@ pub const BUILTINS: &[&str] = &[
     "tanh",
     "sigmoid",
     "erf",
+    "gelu",
     "relu",
     "abs",
     "floor",

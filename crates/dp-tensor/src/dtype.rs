@@ -124,6 +124,9 @@ impl Real for f32 {
             Un::Sigmoid => crate::cpu::vmath::sigmoid(x),
             // Float32's own (musl's erff, under an ulp), not f64's rounded: no f64 round trip.
             Un::Erf => libm::erff(x),
+            Un::Gelu | Un::GeluGrad => {
+                crate::op::gelu(x, crate::cpu::vmath::tanh(crate::op::gelu_arg(x)), op == Un::GeluGrad)
+            }
             _ => op.eval(x),
         }
     }

@@ -21,6 +21,37 @@ pub enum Un {
     Relu = 9,
     Abs = 10,
     Erf = 11,
+    /// GELU in its tanh form, 0.5 x (1 + tanh (√(2/π) (x + 0.044715 x³))) (`nn.gelu`): one pass
+    /// instead of the nine operations of the formula, each a fresh activation-sized buffer
+    /// (and twice that many in the backward pass). (12–15 are unary.wgsl's internal codes.)
+    Gelu = 16,
+    /// GELU's derivative (its reverse and forward rules; differentiable in turn).
+    GeluGrad = 17,
+}
+
+/// √(2/π) and the cubic coefficient of GELU's tanh form.
+pub const GELU_C: f64 = 0.7978845608028654;
+pub const GELU_A: f64 = 0.044715;
+
+/// GELU's tanh form at x (or, with `grad`, its derivative) from t = tanh (`gelu_arg` x): the
+/// caller takes the tanh (libm's for Floats, the vectorizable float32 one for tensor
+/// elements), so the loop over a tensor inlines it.
+#[inline(always)]
+pub fn gelu<F: num_traits::Float>(x: F, t: F, grad: bool) -> F {
+    let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
+    let (half, one) = (k(0.5), F::one());
+    if !grad {
+        return half * x * (one + t);
+    }
+    // d/dx: 0.5 (1 + t) + 0.5 x (1 - t²) c (1 + 3 a x²).
+    half * (one + t) + half * x * (one - t * t) * k(GELU_C) * (one + k(3.0 * GELU_A) * x * x)
+}
+
+/// The argument of GELU's tanh, √(2/π) (x + 0.044715 x³).
+#[inline(always)]
+pub fn gelu_arg<F: num_traits::Float>(x: F) -> F {
+    let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
+    k(GELU_C) * x * (F::one() + k(GELU_A) * x * x)
 }
 
 impl Un {
@@ -53,6 +84,7 @@ impl Un {
                 Some(v) => F::from(libm::erf(v)).unwrap_or_else(F::nan),
                 None => F::nan(),
             },
+            Un::Gelu | Un::GeluGrad => gelu(x, gelu_arg(x).tanh(), self == Un::GeluGrad),
         }
     }
 }
@@ -615,6 +647,32 @@ pub fn conv_dims(x: &[usize], k: &[usize], cv: Conv) -> TResult<ConvDims> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gelu_and_its_derivative_in_float64_and_float32() {
+        // NumPy: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))).
+        let xs: [f64; 7] = [-3.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5];
+        let want = [
+            -0.0036373920817729943,
+            -0.15880800939172324,
+            -0.15428599017485606,
+            0.0,
+            0.18537092354275922,
+            0.8411919906082768,
+            2.484915733910001,
+        ];
+        for (&x, &w) in xs.iter().zip(&want) {
+            assert!((Un::Gelu.eval(x) - w).abs() < 1e-15, "gelu {x}");
+            let f32_value = <f32 as crate::Real>::un(Un::Gelu, x as f32);
+            assert!((f64::from(f32_value) - w).abs() < 1e-6, "float32 gelu {x}");
+            // The derivative against central differences.
+            let h = 1e-6;
+            let fd = (Un::Gelu.eval(x + h) - Un::Gelu.eval(x - h)) / (2.0 * h);
+            assert!((Un::GeluGrad.eval(x) - fd).abs() < 1e-8, "gelu' {x}");
+            let d32 = <f32 as crate::Real>::un(Un::GeluGrad, x as f32);
+            assert!((f64::from(d32) - fd).abs() < 1e-6, "float32 gelu' {x}");
+        }
+    }
 
     fn fits(op: TOp, shapes: &[&[usize]]) -> bool {
         op.check(shapes).is_ok()

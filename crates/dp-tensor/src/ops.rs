@@ -8,6 +8,7 @@ use crate::cpu::{compare, elementwise, layout};
 use crate::op::{Bin, Cmp, Conv, TOp};
 use crate::{gpu, DType, Device, Storage, TResult, Tensor, TensorError};
 use ndarray::ArrayD;
+use std::borrow::Cow;
 use std::rc::Rc;
 
 /// What an operation gives: a tensor, or a Float for the reductions to one number.
@@ -143,10 +144,18 @@ fn comparing(op: &TOp, args: &[&Tensor], on_gpu: bool) -> TResult<Storage> {
         };
         return Ok(Storage::Gpu(out));
     }
-    let truth = |i: usize| arg(i)?.astype(DType::Bool);
-    let bools = |t: &Tensor| t.bools().cloned().ok_or_else(|| TensorError::internal("not a bool tensor"));
+    // Operands already of the dtype wanted are borrowed: `where` runs on activations (the
+    // attention's mask, a loss's select and both selects of its reverse rule), and a copy of
+    // each operand was most of its time.
+    fn as_dtype(t: &Tensor, d: DType) -> TResult<Cow<'_, Tensor>> {
+        Ok(if t.dtype() == d { Cow::Borrowed(t) } else { Cow::Owned(t.astype(d)?) })
+    }
+    let truth = |i: usize| as_dtype(arg(i)?, DType::Bool);
+    fn bools(t: &Tensor) -> TResult<&ArrayD<bool>> {
+        t.bools().ok_or_else(|| TensorError::internal("not a bool tensor"))
+    }
     match op {
-        TOp::Not => Ok(Storage::Bool(bools(&truth(0)?)?.mapv(|x| !x))),
+        TOp::Not => Ok(Storage::Bool(bools(&*truth(0)?)?.mapv(|x| !x))),
         TOp::ArgmaxAxis(a) => {
             let x = arg(0)?;
             let x = if x.dtype().is_float() { x.clone() } else { x.astype(DType::F64)? };
@@ -158,15 +167,19 @@ fn comparing(op: &TOp, args: &[&Tensor], on_gpu: bool) -> TResult<Storage> {
         }
         TOp::Cmp(c @ (Cmp::And | Cmp::Or)) => {
             let (x, y) = (truth(0)?, truth(1)?);
-            Ok(Storage::Bool(compare::logic(*c, &bools(&x)?, &bools(&y)?)?))
+            Ok(Storage::Bool(compare::logic(*c, bools(&x)?, bools(&y)?)?))
         }
         _ => {
             // The compared (or selected) operands, in their promoted dtype.
-            let (cond, first) = if *op == TOp::Where { (Some(bools(&truth(0)?)?), 1) } else { (None, 0) };
+            let cond = if *op == TOp::Where { Some(truth(0)?) } else { None };
+            let first = usize::from(cond.is_some());
             let (x, y) = (arg(first)?, arg(first + 1)?);
             let d = DType::promote(x.dtype(), y.dtype());
-            let (x, y) = (x.astype(d)?, y.astype(d)?);
-            let c = cond.as_ref();
+            let (x, y) = (as_dtype(x, d)?, as_dtype(y, d)?);
+            let c = match &cond {
+                Some(t) => Some(bools(t)?),
+                None => None,
+            };
             match d {
                 DType::F32 => typed(op, c, &x, &y, |t| t.cpu(), Storage::F32),
                 DType::F64 => typed(op, c, &x, &y, <f64 as crate::Real>::of, Storage::F64),
@@ -234,6 +247,35 @@ fn apply_layout<T: Clone>(
         other => return Err(TensorError::internal(format!("{} is not a layout operation", other.name()))),
     };
     Ok(Out::Tensor(Tensor { storage: wrap(out) }))
+}
+
+/// `reshape` of a tensor the caller owns: a row-major CPU array takes the new shape without
+/// copying its elements (the generic `forward` gets a borrowed operand and must copy). The
+/// reverse rules reshape adjoints nobody else holds, and activations pass through several
+/// reshapes in attention's head split and merge.
+pub fn reshape_owned(t: Tensor, shape: &[usize]) -> TResult<Tensor> {
+    let op = TOp::Reshape(shape.to_vec());
+    op.check(&[&t])?;
+    fn moved<T: Clone>(a: ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
+        if a.is_standard_layout() {
+            Ok(a.into_shape_with_order(ndarray::IxDyn(shape)).map_err(|e| e.to_string())?)
+        } else {
+            layout::reshape(&a, shape)
+        }
+    }
+    let storage = match t.storage {
+        Storage::F32(a) => Storage::F32(moved(a, shape)?),
+        Storage::F64(a) => Storage::F64(moved(a, shape)?),
+        Storage::I64(a) => Storage::I64(moved(a, shape)?),
+        Storage::Bool(a) => Storage::Bool(moved(a, shape)?),
+        gpu @ Storage::Gpu(_) => {
+            return match forward(&op, &[&Tensor { storage: gpu }])? {
+                Out::Tensor(t) => Ok(t),
+                Out::Float(_) => Err(TensorError::internal("a reshape to a Float")),
+            }
+        }
+    };
+    Ok(Tensor { storage })
 }
 
 /// The error for operands on two devices, naming both.

@@ -32,10 +32,42 @@ pub fn pick<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TRes
 /// `a` where `c`, else `b`, the three broadcast together.
 pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
+    // The selects of models (a mask over the last axes, a constant on one side, the operands
+    // of a reverse rule) repeat each operand's elements in whole blocks: a flat loop over
+    // those blocks instead of ndarray's broadcast iteration over every axis.
+    if let (Some(cs), Some(xs), Some(ys)) = (repeated(c, &shape), repeated(a, &shape), repeated(b, &shape)) {
+        let n: usize = shape.iter().product();
+        // The blocks nest (each length is a product of trailing axes), so the shortest block
+        // longer than one element divides every other; one-element operands are spread to it.
+        let p = [cs.len(), xs.len(), ys.len()].into_iter().filter(|&l| l > 1).min().unwrap_or(n);
+        fn spread<T: Copy>(s: &[T], p: usize) -> std::borrow::Cow<'_, [T]> {
+            if s.len() == 1 {
+                std::borrow::Cow::Owned(vec![s[0]; p])
+            } else {
+                std::borrow::Cow::Borrowed(s)
+            }
+        }
+        let (cs, xs, ys) = (spread(cs, p), spread(xs, p), spread(ys, p));
+        let mut out = Vec::with_capacity(n);
+        for start in (0..n).step_by(p) {
+            let block = |len: usize| start % len..start % len + p;
+            let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
+            out.extend(c.iter().zip(x).zip(y).map(|((&c, &x), &y)| if c { x } else { y }));
+        }
+        return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
+    }
     let cb = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let ab = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     let bb = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
     Ok(Zip::from(&cb).and(&ab).and(&bb).map_collect(|&c, &p, &q| if c { p } else { q }))
+}
+
+/// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
+/// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`.
+fn repeated<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<&'a [T]> {
+    let own: Vec<usize> = a.shape().iter().copied().skip_while(|&d| d == 1).collect();
+    let data = a.as_slice()?;
+    (own.len() <= shape.len() && shape.ends_with(&own) && !data.is_empty()).then_some(data)
 }
 
 /// The position of the first largest element along `axis` (removed), the first NaN if any,
@@ -85,5 +117,29 @@ mod tests {
         let c = a(&[2, 1], &[true, false]);
         let s = select(&c, &a(&[3], &[1, 2, 3]), &a(&[], &[0])).unwrap();
         assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![1, 2, 3, 0, 0, 0]);
+    }
+
+    #[test]
+    fn the_block_loop_selects_as_the_general_broadcast() {
+        // A mask over the last two axes of [2, 3, 2, 2], a constant, a full operand, a [1, 2]
+        // row: the block loop's cases, against ndarray's broadcast iteration.
+        let general = |c: &ArrayD<bool>, x: &ArrayD<i64>, y: &ArrayD<i64>| {
+            let s = broadcast_shape(&broadcast_shape(c.shape(), x.shape()).unwrap(), y.shape()).unwrap();
+            let (cb, xb, yb) =
+                (c.broadcast(s.clone()).unwrap(), x.broadcast(s.clone()).unwrap(), y.broadcast(s).unwrap());
+            Zip::from(&cb).and(&xb).and(&yb).map_collect(|&c, &p, &q| if c { p } else { q })
+        };
+        let full = a(&[2, 3, 2, 2], &(0..24).collect::<Vec<i64>>());
+        let mask = a(&[2, 2], &[true, false, true, true]);
+        let row = a(&[1, 2], &[-1i64, -2]);
+        let cases = [
+            (mask.clone(), full.clone(), a(&[], &[-7i64])),
+            (mask.clone(), a(&[], &[5i64]), full.clone()),
+            (a(&[2, 3, 2, 2], &(0..24).map(|i| i % 3 == 0).collect::<Vec<_>>()), row.clone(), full.clone()),
+            (a(&[1, 1, 2], &[false, true]), row, a(&[3, 2, 2], &(0..12).collect::<Vec<i64>>())),
+        ];
+        for (c, x, y) in cases {
+            assert_eq!(select(&c, &x, &y).unwrap(), general(&c, &x, &y));
+        }
     }
 }

@@ -59,7 +59,7 @@ macro_rules! with_bin {
 /// once per operation.
 macro_rules! with_un {
     ($op:expr, $f:ident, $body:expr) => {
-        with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf)
+        with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf Gelu GeluGrad)
     };
     (@arms $op:expr, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {
@@ -113,9 +113,43 @@ fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Fn(T, T
             return Ok(ArrayD::from_shape_vec(x.raw_dim(), out).map_err(|e| e.to_string())?);
         }
     }
+    if let Some(out) = by_blocks(x, y, shape, &f).or_else(|| by_blocks(y, x, shape, &|q, p| f(p, q))) {
+        return Ok(ArrayD::from_shape_vec(IxDyn(shape), out).map_err(|e| e.to_string())?);
+    }
     let xb = x.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     let yb = y.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     Ok(Zip::from(&xb).and(&yb).map_collect(|&p, &q| f(p, q)))
+}
+
+/// f(x, y) for a row-major `x` of the result's shape and a row-major `y` broadcast along
+/// leading axes (a bias: its shape a suffix of the result's, repeated block by block) or
+/// trailing ones (a per-row statistic such as layer norm's mean, [n, 1]: each element
+/// spread over a block), as flat loops; None for any other broadcast. These are the
+/// broadcasts of a model's layers, which ndarray's general iteration ran element by element.
+#[inline(always)]
+fn by_blocks<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: &impl Fn(T, T) -> T) -> Option<Vec<T>> {
+    let (xs, ys) = (x.as_slice()?, y.as_slice()?);
+    if x.shape() != shape || ys.is_empty() || xs.len() % ys.len() != 0 {
+        return None;
+    }
+    let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();
+    let mut out = Vec::with_capacity(xs.len());
+    if shape.ends_with(&own) {
+        for block in xs.chunks_exact(ys.len()) {
+            out.extend(block.iter().zip(ys).map(|(&p, &q)| f(p, q)));
+        }
+        return Some(out);
+    }
+    let lead = y.shape().iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+    let pad = shape.len().checked_sub(y.ndim())?;
+    if shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1) {
+        let each = xs.len() / ys.len();
+        for (block, &q) in xs.chunks_exact(each).zip(ys) {
+            out.extend(block.iter().map(|&p| f(p, q)));
+        }
+        return Some(out);
+    }
+    None
 }
 
 /// out[i] = f(x[i]) into `x` itself.

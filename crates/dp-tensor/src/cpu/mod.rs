@@ -106,6 +106,13 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(out)
     }
     fn softmax(&self, log: bool) -> TResult<Self> {
+        if let (Some(data), Some(&n)) = (self.as_slice(), self.shape().last()) {
+            if n > 0 {
+                return Ok(
+                    ArrayD::from_shape_vec(self.raw_dim(), softmax_rows(data, n, log)).map_err(|e| e.to_string())?
+                );
+            }
+        }
         let ax = Axis(self.ndim() - 1);
         let max = self.map_axis(ax, |r| r.fold(T::neg_infinity(), |a, &b| a.max(b))).insert_axis(ax);
         if log {
@@ -173,6 +180,32 @@ impl<T: Real> Backend for ArrayD<T> {
     }
 }
 
+/// Softmax (or log-softmax) of each row of `n` elements of `data`, row by row into one new
+/// buffer: the general path makes four activation-sized temporaries (the shifted values,
+/// their exponentials, the broadcast sums, the quotient), and attention's scores are the
+/// largest tensors of a Transformer step. The same arithmetic: exp (x − max), then divided by
+/// the row's sum, or x − max − ln (sum).
+fn softmax_rows<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
+    let mut out = Vec::with_capacity(data.len());
+    for row in data.chunks_exact(n) {
+        let max = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
+        let start = out.len();
+        out.extend(row.iter().map(|&x| T::un(crate::Un::Exp, x - max)));
+        let sum = out[start..].iter().fold(T::zero(), |a, &b| a + b);
+        if log {
+            let lse = sum.ln();
+            for (o, &x) in out[start..].iter_mut().zip(row) {
+                *o = x - max - lse;
+            }
+        } else {
+            for o in &mut out[start..] {
+                *o = *o / sum;
+            }
+        }
+    }
+    out
+}
+
 /// The output buffer of a batched product, written by several threads at once: each product
 /// of the batch writes its own disjoint m × n block.
 struct Blocks<T>(*mut T);
@@ -215,38 +248,61 @@ fn batch_index(own: &[usize], batch: &[usize]) -> Vec<usize> {
 
 /// `@` with a rank-3-or-more operand: stacks of matrices with broadcast batch axes, as NumPy's
 /// `matmul` (a rank-1 operand is a row on the left, a column on the right, its axis dropped).
-/// Each product of the batch is one call of dp's GEMM on views of the operands, written
-/// straight into its block of the result; the batch is spread over the threads when that pays
-/// (`gemm::for_each_product`).
 fn batched_product<T: Real>(x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let (xs, ys) = (x.shape(), y.shape());
     let out_shape = crate::op::matmul_shape(xs, ys)?;
     let ((bx, m, k), (by, _, n)) = (crate::op::as_stack(xs, true), crate::op::as_stack(ys, false));
     let batch = crate::broadcast_shape(&bx, &by)?;
     let (ix, iy) = (batch_index(&bx, &batch), batch_index(&by, &batch));
+    let mut out = vec![T::zero(); ix.len() * m * n];
+    stacked_products(&mut out, (x, false, &ix), (y, false, &iy), (m, k, n), T::zero())?;
+    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?)
+}
+
+/// A stack operand of `stacked_products`: the array, whether each matrix is used transposed,
+/// and the index of the matrix each product of the batch reads.
+type Stacked<'a, T> = (&'a ArrayD<T>, bool, &'a [usize]);
+
+/// out[i] = x'[ix[i]] @ y'[iy[i]] + beta · out[i] for every product i of a batch (x' the
+/// matrix or, when flagged, its transpose, read in place through strides), each m × k by
+/// k × n, written straight into its block of `out`. Each product is one call of dp's GEMM;
+/// the batch is spread over the threads when that pays (`gemm::for_each_product`).
+fn stacked_products<T: Real>(
+    out: &mut [T],
+    (x, tx, ix): Stacked<T>,
+    (y, ty, iy): Stacked<T>,
+    (m, k, n): (usize, usize, usize),
+    beta: T,
+) -> TResult<()> {
     let (xc, yc) = (x.as_standard_layout(), y.as_standard_layout());
     let internal = || TensorError::internal("a batched product of non-contiguous operands");
     let (xd, yd) = (xc.as_slice().ok_or_else(internal)?, yc.as_slice().ok_or_else(internal)?);
-    let mut out = vec![T::zero(); ix.len() * m * n];
+    let fits = |d: &[T], at: &[usize], size: usize| at.iter().all(|&j| (j + 1) * size <= d.len());
+    if ix.len() != iy.len() || out.len() != ix.len() * m * n || !fits(xd, ix, m * k) || !fits(yd, iy, k * n) {
+        return Err(TensorError::internal("a batched product of operands that do not fit"));
+    }
     let blocks = Blocks(out.as_mut_ptr());
+    fn view<T>(d: &[T], rows: usize, cols: usize, t: bool) -> Result<ndarray::ArrayView2<'_, T>, ndarray::ShapeError> {
+        let v = ndarray::ArrayView2::from_shape(if t { (cols, rows) } else { (rows, cols) }, d);
+        v.map(|v| if t { v.reversed_axes() } else { v })
+    }
     let work = |i: usize, alone: bool| {
         let (a, b) = (&xd[ix[i] * m * k..][..m * k], &yd[iy[i] * k * n..][..k * n]);
         // Shapes fit their slices by construction, so these views cannot fail.
-        let (Ok(a), Ok(b)) = (ndarray::ArrayView2::from_shape((m, k), a), ndarray::ArrayView2::from_shape((k, n), b))
-        else {
+        let (Ok(a), Ok(b)) = (view(a, m, k, tx), view(b, k, n, ty)) else {
             return;
         };
         // SAFETY: block i of `out` (m·n elements from i·m·n) is inside the buffer, which
         // outlives this call, and no other product of the batch touches it.
         let c = unsafe { ndarray::ArrayViewMut2::from_shape_ptr((m, n), blocks.at(i * m * n)) };
         if alone {
-            T::gemm(T::one(), a, b, T::zero(), c);
+            T::gemm(T::one(), a, b, beta, c);
         } else {
-            T::gemm_serial(T::one(), a, b, T::zero(), c);
+            T::gemm_serial(T::one(), a, b, beta, c);
         }
     };
     gemm::for_each_product(ix.len(), 2.0 * (m * n * k) as f64, &work);
-    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?)
+    Ok(())
 }
 
 /// The position of the first NaN, else of the first largest element (row-major), as NumPy's
@@ -311,6 +367,21 @@ pub fn product_into<T: Real>(
             }
             T::gemv(T::one(), a, v, beta, c);
         }
+        // Stacks of matrices with the same batch axes (the reverse rule of a batched `@`:
+        // dA += G Bᵀ, dB += Aᵀ G without materialising the transposes).
+        (r, r2, r3) if r > 2 && r2 == r && r3 == r => {
+            let b = r - 2;
+            let (xs, ys) = (x.shape(), y.shape());
+            let (batch, same) = (&out_shape[..b], xs[..b] == out_shape[..b] && ys[..b] == out_shape[..b]);
+            let (m, k) = if tx { (xs[b + 1], xs[b]) } else { (xs[b], xs[b + 1]) };
+            let (k2, n) = if ty { (ys[b + 1], ys[b]) } else { (ys[b], ys[b + 1]) };
+            if !same || k != k2 || out_shape[b..] != [m, n] {
+                return Err(bad());
+            }
+            let all: Vec<usize> = (0..batch.iter().product()).collect();
+            let o = out.as_slice_mut().ok_or_else(bad)?;
+            stacked_products(o, (x, tx, &all), (y, ty, &all), (m, k, n), beta)?;
+        }
         (1, 1, 0) => {
             let d = v1(x)?.dot(&v1(y)?);
             let o = out.first_mut().ok_or_else(bad)?;
@@ -319,4 +390,59 @@ pub fn product_into<T: Real>(
         _ => return Err(bad()),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arr(shape: &[usize], f: impl Fn(usize) -> f64) -> ArrayD<f64> {
+        ArrayD::from_shape_vec(IxDyn(shape), (0..shape.iter().product()).map(f).collect()).unwrap()
+    }
+
+    #[test]
+    fn softmax_by_rows_agrees_with_the_general_path() {
+        let x = arr(&[3, 2, 5], |i| ((i * 7) % 11) as f64 * 0.37 - 1.5);
+        // A non-contiguous view takes the general path: the same numbers transposed back.
+        let t = x.clone().reversed_axes();
+        for log in [false, true] {
+            let rows = x.softmax(log).unwrap();
+            let general = t.as_standard_layout().into_owned().reversed_axes();
+            let want = {
+                let ax = Axis(2);
+                let max = general.map_axis(ax, |r| r.fold(f64::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);
+                let e = (&general - &max).mapv(f64::exp);
+                let s = e.sum_axis(ax).insert_axis(ax);
+                if log {
+                    &general - &max - s.mapv(f64::ln)
+                } else {
+                    e / s
+                }
+            };
+            for (p, q) in rows.iter().zip(want.iter()) {
+                assert!((p - q).abs() < 1e-15, "{p} {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn products_of_stacks_read_transposes_in_place() {
+        // out = x'[i] @ y'[i] + out for a batch of 2 × 3, against the sums written out.
+        let (m, k, n) = (3, 4, 2);
+        let x = arr(&[2, 3, k, m], |i| (i % 13) as f64 - 6.0);
+        let y = arr(&[2, 3, k, n], |i| (i % 7) as f64 * 0.5);
+        let mut out = arr(&[2, 3, m, n], |i| i as f64);
+        let before = out.clone();
+        product_into(&mut out, &x, true, &y, false, 1.0).unwrap();
+        for (b, c) in [(0, 0), (1, 2), (0, 1)] {
+            for (i, j) in [(0, 0), (2, 1), (1, 0)] {
+                let s: f64 = (0..k).map(|p| x[[b, c, p, i].as_slice()] * y[[b, c, p, j].as_slice()]).sum();
+                assert_eq!(out[[b, c, i, j].as_slice()], s + before[[b, c, i, j].as_slice()]);
+            }
+        }
+        // Batch axes that differ are refused before anything is written.
+        let mut other = arr(&[1, 3, m, n], |_| 0.0);
+        assert!(product_into(&mut other, &x, true, &y, false, 1.0).is_err());
+        assert!(other.iter().all(|&v| v == 0.0));
+    }
 }

@@ -4,7 +4,8 @@
 // prm: [n, op, bits of p0, bits of p1]
 // op: 0 neg, 1 sin, 2 cos, 3 tan, 4 exp, 5 log, 6 sqrt, 7 tanh, 8 sigmoid, 9 relu, 10 abs,
 //     11 erf, 12 step (1 where x > 0), 13 sign (1 where x >= 0, else -1), 14 clamp to
-//     [p0, p1], 15 ln x where x > 0, else 0 (in the derivative of a ** b with respect to b)
+//     [p0, p1], 15 ln x where x > 0, else 0 (in the derivative of a ** b with respect to b),
+//     16 gelu (tanh form), 17 its derivative
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -128,6 +129,16 @@ fn apply(op: u32, v: f32, p0: f32, p1: f32) -> f32 {
         }
         case 15u: {
             return select(0.0, log(v), positive(v));
+        }
+        case 16u, 17u: {
+            // As the CPU's `op::gelu` (tanh clamped as in case 7).
+            let c = 0.7978845608028654;
+            let a = 0.044715;
+            let t = tanh(clamp(c * v * (1.0 + a * v * v), -15.0, 15.0));
+            if (op == 16u) {
+                return 0.5 * v * (1.0 + t);
+            }
+            return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3.0 * a * v * v);
         }
         default: {
             return select(min(max(v, p0), p1), v, is_nan(v));
