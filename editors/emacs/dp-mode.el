@@ -60,7 +60,7 @@
     "print" "println" "printf" "sprintf" "show" "read_file" "read_lines" "write_file" "args" "clock" "read_line" "getenv" "exit" "error" "catch"
     "float" "int" "string_of_int" "string_of_float" "int_of_string" "float_of_string"
     "string_length" "substring" "chars" "concat_strings" "split"
-    "sin" "cos" "tan" "exp" "log" "sqrt" "tanh" "sigmoid" "erf" "relu" "abs" "floor" "ceil"
+    "sin" "cos" "tan" "exp" "log" "sqrt" "tanh" "sigmoid" "erf" "gelu" "relu" "abs" "floor" "ceil"
     "pi" "infinity" "nan" "is_nan"
     "tensor" "zeros" "ones" "full" "arange" "randn" "uniform" "key" "split_key" "split_keys" "normal" "uniform_key" "randint" "permutation" "bernoulli" "load_npy"
     "save_npy" "read_csv" "load_csv" "save_params" "load_params" "load_npz" "save_npz" "plot_with" "shape" "reshape" "transpose" "concat" "slice" "row" "onehot"

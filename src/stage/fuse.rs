@@ -13,15 +13,21 @@ use super::ir::{Args, Kind, Node, Op, Program};
 use crate::core::Prim;
 use crate::tensor::{DType, TOp};
 
-pub fn fuse(mut p: Program) -> Program {
-    let n = p.nodes.len();
-    let mut uses = vec![0u32; n];
+/// How many nodes (and outputs) read each node.
+fn readers(p: &Program) -> Vec<u32> {
+    let mut uses = vec![0u32; p.nodes.len()];
     for node in &p.nodes {
         if let Node::Apply(_, args) = node {
             args.iter().for_each(|&a| uses[a as usize] += 1);
         }
     }
     p.outputs.iter().for_each(|&o| uses[o as usize] += 1);
+    uses
+}
+
+pub fn fuse(mut p: Program) -> Program {
+    let n = p.nodes.len();
+    let mut uses = readers(&p);
     let mut changed = false;
     for i in 0..n {
         let fused = match &p.nodes[i] {
@@ -90,13 +96,7 @@ fn outer(p: &Program, x: u32, y: u32) -> Option<(u32, u32)> {
 /// the whole matrix (an RNN's weight gets one per time step).
 fn outer_sums(p: Program) -> Program {
     let n = p.nodes.len();
-    let mut uses = vec![0u32; n];
-    for node in &p.nodes {
-        if let Node::Apply(_, args) = node {
-            args.iter().for_each(|&a| uses[a as usize] += 1);
-        }
-    }
-    p.outputs.iter().for_each(|&o| uses[o as usize] += 1);
+    let uses = readers(&p);
     // An outer-product node: its accumulator (if any) and its column and row.
     let link = |i: usize| match &p.nodes[i] {
         Node::Apply(Op::Product { tx: false, ty: false, acc }, args) => {

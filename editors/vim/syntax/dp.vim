@@ -27,7 +27,7 @@ syn keyword dpBuiltin reset shift grad value_and_grad custom_vjp custom_jvp chec
 syn keyword dpBuiltin print println printf sprintf show read_file read_lines write_file args clock read_line getenv exit error catch
 syn keyword dpBuiltin float int string_of_int string_of_float int_of_string float_of_string
 syn keyword dpBuiltin string_length substring chars concat_strings split
-syn keyword dpBuiltin sin cos tan exp log sqrt tanh sigmoid erf relu abs floor ceil
+syn keyword dpBuiltin sin cos tan exp log sqrt tanh sigmoid erf gelu relu abs floor ceil
 syn keyword dpBuiltin pi infinity nan is_nan
 syn keyword dpBuiltin tensor zeros ones full arange randn uniform key split_key split_keys normal uniform_key randint permutation bernoulli load_npy save_npy read_csv load_csv save_params load_params load_npz save_npz plot_with shape
 syn keyword dpBuiltin reshape transpose concat slice row onehot sum mean max sum_axis
