@@ -72,9 +72,10 @@ pub fn fuse(mut p: Program) -> Program {
     }
 }
 
-/// A column times a row: `(u, v)` for `reshape u [n, 1] @ reshape v [1, m]`, the form the
+/// A column times a row: `(u, row)` for `reshape u [n, 1] @ row` with `row = reshape v [1, m]`, the form the
 /// reverse rule of a matrix–vector product gives a weight's contribution.
 fn outer(p: &Program, x: u32, y: u32) -> Option<(u32, u32)> {
+    let Node::Apply(_, under) = &p.nodes[x as usize] else { return None };
     // float32 only, as the machine's rule (another dtype's outer products it adds one by one,
     // and so does the staged program then, to give the same numbers).
     let reshaped = |i: u32, col: bool| match (&p.nodes[i as usize], &p.kinds[i as usize]) {
@@ -86,7 +87,8 @@ fn outer(p: &Program, x: u32, y: u32) -> Option<(u32, u32)> {
         }
         _ => None,
     };
-    Some((reshaped(x, true)?, reshaped(y, false)?))
+    // The column's own operand (the vector u), which the stacked product reads as a row.
+    Some((reshaped(x, true).map(|_| under[0])?, reshaped(y, false)?))
 }
 
 /// A weight's outer-product contributions, summed as one product, as the machine's reverse
@@ -105,7 +107,7 @@ fn outer_sums(p: Program) -> Program {
         }
         _ => None,
     };
-    // Each link's chain so far: (its first link's accumulator, the columns, the rows); a link
+    // Each link's chain so far: (its first link's accumulator, the vectors u, the rows); a link
     // extends its accumulator's chain when that accumulator is a link read only here.
     type Chain = (Option<u32>, Vec<u32>, Vec<u32>);
     let mut chains: Vec<Option<Chain>> = vec![None; n];
@@ -123,10 +125,13 @@ fn outer_sums(p: Program) -> Program {
         chain.2.push(v);
         chains[i] = Some(chain);
     }
-    let mut ends: Vec<(usize, Chain)> = Vec::new();
+    // Each chain's end with the weight's shape [n, m] (float32, as `outer` checked).
+    let mut ends: Vec<(usize, Chain, usize, usize)> = Vec::new();
     for (i, c) in chains.into_iter().enumerate() {
-        match c {
-            Some(c) if c.1.len() >= 2 && !extended[i] => ends.push((i, c)),
+        match (c, &p.kinds[i]) {
+            (Some(c), Kind::Tensor(_, s)) if c.1.len() >= 2 && !extended[i] && s.len() == 2 => {
+                ends.push((i, c, s[0], s[1]))
+            }
             _ => {}
         }
     }
@@ -139,13 +144,17 @@ fn outer_sums(p: Program) -> Program {
     let mut to = vec![0u32; n];
     let mut ends = ends.into_iter().peekable();
     for (i, (node, kind)) in nodes.into_iter().zip(kinds).enumerate() {
-        let node = match ends.next_if(|(end, _)| *end == i) {
-            Some((_, (acc, cols, rows))) => {
-                // U's rows are the columns' vectors, as the machine stacks them, and the
-                // product is Uᵀ V, its call.
-                let us: Vec<u32> = cols.iter().map(|&c| row_of(&mut out, to[c as usize])).collect();
-                let u = concat(&mut out, us, 0);
-                let v = concat(&mut out, rows.iter().map(|&r| to[r as usize]).collect(), 0);
+        let node = match ends.next_if(|(end, ..)| *end == i) {
+            Some((_, (acc, us, rows), n, m)) => {
+                // U's rows are the vectors u, as the machine stacks them, and the product is
+                // Uᵀ V, its call.
+                let k = us.len();
+                let us: Vec<u32> = us
+                    .iter()
+                    .map(|&u| append(&mut out, TOp::Reshape(vec![1, n]), vec![to[u as usize]], [1, n]))
+                    .collect();
+                let u = append(&mut out, TOp::Concat(0), us, [k, n]);
+                let v = append(&mut out, TOp::Concat(0), rows.iter().map(|&r| to[r as usize]).collect(), [k, m]);
                 match acc {
                     Some(a) => {
                         Node::Apply(Op::Product { tx: true, ty: false, acc: true }, vec![to[a as usize], u, v].into())
@@ -170,36 +179,10 @@ fn outer_sums(p: Program) -> Program {
     out
 }
 
-/// Appends a node giving column `col` ([n, 1]) as a row ([1, n]): the same reshape of the
-/// column's own operand.
-fn row_of(out: &mut Program, col: u32) -> u32 {
-    let (operand, kind) = match (&out.nodes[col as usize], &out.kinds[col as usize]) {
-        (Node::Apply(_, args), Kind::Tensor(d, s)) if args.len() == 1 && s.len() == 2 => {
-            (args[0], Kind::Tensor(*d, vec![1, s[0]].into()))
-        }
-        _ => return col,
-    };
-    let shape = match &kind {
-        Kind::Tensor(_, s) => s.to_vec(),
-        Kind::Float => Vec::new(),
-    };
-    out.nodes.push(Node::Apply(Op::T(Box::new(TOp::Reshape(shape))), vec![operand].into()));
-    out.kinds.push(kind);
-    (out.nodes.len() - 1) as u32
-}
-
-/// Appends the concatenation of `parts` (tensors of one kind, as `outer` checked) along `axis`.
-fn concat(out: &mut Program, parts: Vec<u32>, axis: usize) -> u32 {
-    let kind = match &out.kinds[parts[0] as usize] {
-        Kind::Tensor(d, s) => {
-            let mut s = s.clone();
-            s[axis] = parts.len();
-            Kind::Tensor(*d, s)
-        }
-        Kind::Float => Kind::Float,
-    };
-    out.nodes.push(Node::Apply(Op::T(Box::new(TOp::Concat(axis))), parts.into()));
-    out.kinds.push(kind);
+/// Appends `op` on `args`, a float32 matrix of `shape`.
+fn append(out: &mut Program, op: TOp, args: Vec<u32>, shape: [usize; 2]) -> u32 {
+    out.nodes.push(Node::Apply(Op::T(Box::new(op)), args.into()));
+    out.kinds.push(Kind::Tensor(DType::F32, shape.to_vec().into()));
     (out.nodes.len() - 1) as u32
 }
 
