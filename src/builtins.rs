@@ -172,7 +172,7 @@ pub const TABLE: &[(&str, B, &str)] = &[
     ("custom_jvp", B::CustomJvp, "Diff a, Diff b => (a -> b) -> (a -> a -> b) -> a -> b"),
     ("checkpoint", B::Checkpoint, "Diff a, Diff b => (a -> b) -> a -> b"),
     // `Batch b c`: c is b with its Float and Tensor leaves stacked into Tensors (types/ty.rs).
-    ("vmap", B::Vmap, "Batch b c => (a -> b) -> a -> c"),
+    ("vmap", B::Vmap, "Slice d a, Batch b c => (a -> b) -> d -> c"),
     ("jit", B::Jit, "(a -> b) -> a -> b"),
     ("stop_gradient", B::StopGradient, "a -> a"),
     ("print", B::Print, "a -> Unit"),

@@ -31,30 +31,6 @@ impl ColorChoice {
 /// every face (run, check, REPL) asks the same question without threading it through.
 static COLOR: AtomicU8 = AtomicU8::new(0);
 
-/// Has the C allocator keep freed memory for reuse instead of returning it to the system.
-/// A training step frees and reallocates the same activation-sized buffers (hundreds of
-/// kilobytes) hundreds of times; glibc's defaults serve such sizes by `mmap` and trim freed
-/// heap tops, so every new buffer was faulted in again page by page (W6, 21 steps: 68 000 to
-/// 190 000 page faults and 0.17–0.43 s of system time before, 15 000 and 0.05 s after). A
-/// process's resident memory then stays at its high-water mark, which is the peak RSS the
-/// benchmarks report anyway.
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn mallopt(param: i32, value: i32) -> i32;
-        }
-        const M_TRIM_THRESHOLD: i32 = -1;
-        const M_MMAP_THRESHOLD: i32 = -3;
-        // SAFETY: mallopt only sets allocator parameters; it is called before any other
-        // thread exists. 32 MiB is glibc's largest mmap threshold; larger blocks are mapped.
-        unsafe {
-            mallopt(M_MMAP_THRESHOLD, 32 << 20);
-            mallopt(M_TRIM_THRESHOLD, i32::MAX);
-        }
-    }
-}
-
 pub fn set_color(choice: ColorChoice) {
     COLOR.store(choice as u8, Ordering::Relaxed);
 }

@@ -13,6 +13,7 @@ pub mod eval;
 pub mod format;
 pub mod jupyter;
 pub mod lsp;
+pub mod memory;
 pub mod plot;
 pub mod progress;
 pub mod repl;

@@ -3,6 +3,10 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// Large freed blocks kept for the next request of their size (src/memory.rs).
+#[global_allocator]
+static ALLOCATOR: dp::memory::Reusing = dp::memory::Reusing::new();
+
 #[derive(Parser)]
 #[command(name = "dp", version, about = "dp: a differentiable functional language with native shift/reset")]
 struct Cli {
@@ -81,7 +85,7 @@ fn set_device(device: &str) -> bool {
 }
 
 fn main() -> ExitCode {
-    dp::cli::keep_freed_memory();
+    dp::memory::keep_freed_memory();
     let cli = Cli::parse();
     dp::cli::set_color(dp::cli::ColorChoice::parse(&cli.color).unwrap_or(dp::cli::ColorChoice::Auto));
     // The checker recurses on the syntax tree; give it room for deeply nested programs.

@@ -9,6 +9,9 @@ import numpy as np
 ONE = os.environ.get("BENCH_ONE_THREAD") == "1"
 if ONE:
     os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# BENCH_CPU_TIME=1 (run.sh's CPU_TIME=1): the process's CPU time (user + system) per call in
+# place of wall time, which other processes on a busy machine disturb far less.
+clock = time.process_time if os.environ.get("BENCH_CPU_TIME") == "1" else time.perf_counter
 
 d = sys.argv[1]
 load = lambda n: np.load(f"{d}/{n}.npy")
@@ -19,7 +22,7 @@ def timed(f):
     f()
     ts = []
     for _ in range(7):
-        t = time.perf_counter(); r = f(); ts.append(time.perf_counter() - t)
+        t = clock(); r = f(); ts.append(clock() - t)
     return statistics.median(ts), r
 
 def report(name, secs, g):

@@ -119,6 +119,38 @@ fn is_tensor_example(a: &At) -> bool {
     }
 }
 
+/// Whether one example of a batched operand is a Float: a batch of Floats, or of a rank-1
+/// tensor's elements (`vmap f xs` where `f` takes a Float, as the checker's `Slice` allows).
+/// Those examples are 0-d tensors, which compute as Floats do, in the tensor's dtype; the
+/// rules that only Floats have (ordering, `int`, `floor`, …) take them as Floats.
+fn is_float_example(a: &At) -> bool {
+    match a {
+        At::Batch(_, _, Example::Float(_)) => true,
+        At::Batch(_, _, Example::Tensor) => example_shape(a).is_empty(),
+        _ => false,
+    }
+}
+
+/// A batched operand one example of which is a Float (`is_float_example`): its stack, batch
+/// axis and kind.
+fn float_batch(a: At, what: &str) -> FResult<(Value, usize, Example)> {
+    match a {
+        At::Batch(v, axis, kind) if is_float_example(&At::Batch(v.clone(), axis, kind)) => Ok((v, axis, kind)),
+        a @ At::Batch(_, _, Example::Tensor) => Err(not_elements(&example_shape(&a))),
+        _ => Err(Fault::unbatched(what)),
+    }
+}
+
+/// A Float-only operation met examples that are tensors: the mapped function takes a Float
+/// where `vmap`'s argument has a tensor of rank 2 or more (the checker cannot see ranks).
+fn not_elements(example: &[usize]) -> Fault {
+    Fault::new(format!(
+        "a Float here holds examples of shape {}: `vmap` gives a function of a Float the elements of a rank-1 tensor",
+        crate::tensor::fmt_shape(example)
+    ))
+    .help("make the mapped function take a Tensor, or map over the rows with a second `vmap`")
+}
+
 /// The dtype of an operand's tensor, under every layer (float32 for Floats).
 fn dtype_under(v: &Value) -> DType {
     match strip(v) {
@@ -224,7 +256,7 @@ fn zip_ints(a: &Value, b: &Value, f: fn(i64, i64) -> i64) -> Option<Value> {
 pub fn round<H: Host>(m: &mut H, x: &Value, up: bool) -> FResult<Value> {
     let name = if up { "ceil" } else { "floor" };
     let (tag, xs) = read_batch(m, x, name)?;
-    let At::Batch(v, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched(name)) };
+    let (v, axis, kind) = float_batch(xs, name)?;
     let f = if up { f64::ceil } else { f64::floor };
     let rounded = map_floats(&v, f).ok_or_else(|| Fault::unbatched(name))?;
     Ok(batched(tag, rounded?, axis, kind))
@@ -395,7 +427,17 @@ pub fn unary<H: Host>(m: &mut H, tag: u32, op: Un, x: Value) -> FResult<Value> {
 pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FResult<Value> {
     check_live(m, tag)?;
     let (a, b) = (at(a, tag), at(b, tag));
-    if is_tensor_example(&a) || is_tensor_example(&b) {
+    // A 0-d example compares as a Float (for two 0-d tensors `==` is the same question).
+    let tensor = |a: &At| is_tensor_example(a) && !example_shape(a).is_empty();
+    // A Float compared with examples that are tensors: the function takes a Float where the
+    // argument's tensor has rank 2 or more.
+    let float = |a: &At| !is_tensor_example(a) && !is_int(a);
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        if tensor(x) && float(y) {
+            return Err(not_elements(&example_shape(x)));
+        }
+    }
+    if tensor(&a) || tensor(&b) {
         if !matches!(p, Prim::Eq | Prim::Ne) {
             return Err(Fault::unbatched(symbol(p)));
         }
@@ -480,7 +522,7 @@ fn device_of(v: &Value) -> crate::tensor::Device {
 /// the error `int` gives for it.
 pub fn int_of<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
     let (tag, x) = read_batch(m, x, "int")?;
-    let At::Batch(v, axis, Example::Float(_)) = x else { return Err(Fault::unbatched("int")) };
+    let (v, axis, _) = float_batch(x, "int")?;
     // The whole stack (with any outer batch levels) holds exactly the examples' values.
     if let Some(t) = super::underlying(&v) {
         let fits = |x: &f64| (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(x);
@@ -505,7 +547,7 @@ pub fn float_of<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
 /// `is_nan x` for a batch of Floats: a batch of Bools (NaN is the one value unequal to itself).
 pub fn is_nan<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
     let (tag, x) = read_batch(m, x, "is_nan")?;
-    let At::Batch(v, axis, Example::Float(_)) = x else { return Err(Fault::unbatched("is_nan")) };
+    let (v, axis, _) = float_batch(x, "is_nan")?;
     let v = front(m, v, axis)?;
     Ok(batched(tag, call(m, TOp::Cmp(Cmp::NotEqual), vec![v.clone(), v])?, 0, Example::Bool))
 }
@@ -616,7 +658,7 @@ pub fn pick<H: Host>(m: &mut H, keep: Value, a: Value, b: Value) -> FResult<Valu
 /// with that weight w a batch too: `select(x, w) · w + select(clamped, 1 - w) · (1 - w)`.
 pub fn clip_floats<H: Host>(m: &mut H, x: Value, lo: f64, hi: f64) -> FResult<Value> {
     let (tag, xs) = read_batch(m, &x, "tree_clip")?;
-    let At::Batch(s, axis, kind @ Example::Float(_)) = xs else { return Err(Fault::unbatched("tree_clip")) };
+    let (s, axis, kind) = float_batch(xs, "tree_clip")?;
     let s = front(m, s, axis)?;
     let device = device_of(&s);
     let scalar = |m: &mut H, v: f64| float_scalar(m, v, device);

@@ -147,8 +147,10 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
     // `Broadcast a b c`: the arithmetic rule, for the builtins that mix a Float with a Tensor
     // as `+` does (its result a variable or `Tensor`).
     let mut broadcast = None;
-    // `Batch b c`: `vmap`'s result type, `c` made of `b` leaf by leaf (`Rule::Batch`).
+    // `Batch b c`: `vmap`'s result type, `c` made of `b` leaf by leaf (`Rule::Batch`);
+    // `Slice d a`: its argument `d` and one example `a` of it (`Rule::Slice`).
     let mut batch = None;
+    let mut slice = None;
     for c in constraints.split(',').filter(|c| !c.trim().is_empty()) {
         let mut it = c.split_whitespace();
         if c.trim_start().starts_with("Broadcast") {
@@ -157,6 +159,10 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
         }
         if c.trim_start().starts_with("Batch") {
             batch = Some(it.skip(1).map(str::to_string).collect::<Vec<_>>());
+            continue;
+        }
+        if c.trim_start().starts_with("Slice") {
+            slice = Some(it.skip(1).map(str::to_string).collect::<Vec<_>>());
             continue;
         }
         let cls = match it.next() {
@@ -181,11 +187,13 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
         let [a, b, c] = [0, 1, 2].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
         Rule::Broadcast { a, b, c, op: name }
     });
-    let rule = rule.or_else(|| {
-        batch.map(|names| {
-            let [elem, out] = [0, 1].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
-            Rule::Batch { elem, out }
-        })
+    let batch = batch.map(|names| {
+        let [elem, out] = [0, 1].map(|i| term(sub, names.get(i).map_or("c", String::as_str)));
+        Rule::Batch { elem, out }
+    });
+    let slice = slice.map(|names| {
+        let [whole, example] = [0, 1].map(|i| term(sub, names.get(i).map_or("d", String::as_str)));
+        Rule::Slice { whole, example }
     });
     let ty = convert_simple(sub, &te, &mut vars, &answer);
     let mut qs: Vec<u32> = vars.values().map(|t| if let Ty::Var(v) = t { *v } else { 0 }).collect();
@@ -193,8 +201,11 @@ fn builtin_scheme(sub: &mut Subst, name: &'static str, spec: &str) -> Scheme {
         qs.push(r);
     }
     // The rule's origin is filled in at each use (`instantiate_at`).
-    let constraints =
-        rule.map(|rule| Constraint { rule, origin: Span::default(), solved: false }).into_iter().collect();
+    let constraints = [rule, slice, batch]
+        .into_iter()
+        .flatten()
+        .map(|rule| Constraint { rule, origin: Span::default(), solved: false })
+        .collect();
     Scheme { vars: qs, ty, constraints }
 }
 
@@ -445,6 +456,7 @@ impl Checker {
     /// value; otherwise monomorphic, with its variables lowered to the current level so that
     /// no later `let` (a closure over the name, say) generalises them either.
     fn scheme_for(&mut self, t: Ty, is_value: bool) -> Scheme {
+        self.close_slices(&t, self.level + 1);
         if is_value {
             self.generalize(&t)
         } else {
@@ -454,6 +466,21 @@ impl Checker {
     }
     fn fresh(&mut self) -> Ty {
         self.subst.fresh(self.level)
+    }
+
+    /// Decides the open `Slice` constraints of a type whose variables from level `from` up
+    /// are being closed (`Subst::default_slices`: a mapped function's parameter left open is a
+    /// Tensor), leaving them open if that contradicts another constraint.
+    fn close_slices(&mut self, t: &Ty, from: u32) {
+        if !self.subst.has_slices() {
+            return;
+        }
+        let mut shown = Vec::new();
+        free_vars(&self.subst, t, &mut shown);
+        let before = self.subst.clone();
+        if self.subst.default_slices(from, &shown).is_err() {
+            self.subst = before;
+        }
     }
     pub fn show(&self, t: &Ty) -> String {
         Printer::default().show(&self.subst, t)
@@ -528,11 +555,20 @@ impl Checker {
                     .note("vmap stacks Floats and Tensors into Tensors with a new axis 0, through tuples, records and lists; an Int, Bool, String or function result has no batched form")
                     .help("return a Float (or a Tensor) from the mapped function, or keep that part of the result outside `vmap`");
             }
+            UnifyError::Slice(id, example) => {
+                let k = self.subst.constraint(id);
+                let shown = p.show(&self.subst, &example);
+                return Diagnostic::error(Phase::Type, format!("`vmap` cannot give a function of `{shown}` the examples of a Tensor"))
+                    .label(k.origin, format!("this `vmap` maps over a Tensor where its function takes `{shown}`"))
+                    .label(span, format!("this has type `{fnd}`, which fixes it"))
+                    .note("vmap slices every Tensor of its argument along axis 0: the function gets a Tensor there, or a Float where the Tensor has rank 1; other values go to every example as they are")
+                    .help("make the function take a Tensor (or a Float) in that place, or pass that part of the argument outside `vmap`");
+            }
             UnifyError::Broadcast(id, x, y) => {
                 let k = self.subst.constraint(id);
                 let op = match k.rule {
                     Rule::Broadcast { op, .. } => op,
-                    Rule::Answer { .. } | Rule::Batch { .. } => "arithmetic",
+                    Rule::Answer { .. } | Rule::Batch { .. } | Rule::Slice { .. } => "arithmetic",
                 };
                 let (sx, sy) = (p.show(&self.subst, &x), p.show(&self.subst, &y));
                 let mut d = Diagnostic::error(Phase::Type, format!("`{op}` cannot combine `{sx}` with `{sy}`"))
@@ -830,6 +866,7 @@ impl Checker {
             }
             ItemKind::Expr(e) => {
                 let (c, t) = self.infer(e)?;
+                self.close_slices(&t, self.level);
                 expr_type = Some(self.show(&t));
                 c
             }
@@ -987,6 +1024,7 @@ impl Checker {
         let r = self.infer(e);
         self.level = 0;
         let (_, t) = r?;
+        self.close_slices(&t, 1);
         Ok(Printer::default().show_constrained(&self.subst, &t, &[]))
     }
 

@@ -152,6 +152,9 @@ pub enum UnifyError {
     Answer(u32, Ty, Ty),
     /// A batch constraint (by index) meets a result leaf that cannot be stacked: its type.
     Batch(u32, Ty),
+    /// A slice constraint (by index): a Tensor leaf of `vmap`'s argument where the function
+    /// takes this type.
+    Slice(u32, Ty),
 }
 
 /// A constraint that waits on its variables and is solved (or refined) as soon as what is
@@ -186,6 +189,13 @@ pub enum Rule {
     /// examples' results stacked by `vmap`), through tuples, records and lists. Solved from
     /// `elem` as it becomes known; any other leaf (an Int, a function, …) is an error.
     Batch { elem: Ty, out: Ty },
+    /// `Slice whole example`: one example of `vmap`'s argument `whole`. A Tensor leaf of
+    /// `whole` is mapped over its axis 0, so the example has a Tensor there, or a Float where
+    /// the tensor has rank 1 (`vmap (grad f) xs` with `f : Float -> Float`); every other leaf
+    /// goes to each example as it is, so the example has the same type there. Solved from
+    /// whichever side's constructor is known first; a Tensor leaf whose example type stays
+    /// unknown when its `let` closes is a Tensor (`default_slices`).
+    Slice { whole: Ty, example: Ty },
 }
 
 impl Rule {
@@ -195,6 +205,7 @@ impl Rule {
             Rule::Broadcast { a, b, c, .. } => vec![a, b, c],
             Rule::Answer { lower, upper } => vec![lower, upper],
             Rule::Batch { elem, out } => vec![elem, out],
+            Rule::Slice { whole, example } => vec![whole, example],
         }
     }
     /// The same rule over other types (`f` maps each of `types()`).
@@ -203,6 +214,7 @@ impl Rule {
             Rule::Broadcast { a, b, c, op } => Rule::Broadcast { a: f(a), b: f(b), c: f(c), op },
             Rule::Answer { lower, upper } => Rule::Answer { lower: f(lower), upper: f(upper) },
             Rule::Batch { elem, out } => Rule::Batch { elem: f(elem), out: f(out) },
+            Rule::Slice { whole, example } => Rule::Slice { whole: f(whole), example: f(example) },
         }
     }
 }
@@ -214,6 +226,8 @@ pub struct Subst {
     constraints: Vec<Constraint>,
     /// Constraints woken by bindings, not yet looked at.
     woken: Vec<u32>,
+    /// The `Slice` constraints not known to be solved (`default_slices` decides some).
+    slices: Vec<u32>,
     /// The source position of the unification under way, recorded in the variables it binds.
     pub origin: Option<Span>,
 }
@@ -446,6 +460,9 @@ impl Subst {
 
     /// Adds a constraint and solves as much of it as is known now.
     pub fn add(&mut self, rule: Rule, origin: Span) -> Result<(), UnifyError> {
+        if matches!(rule, Rule::Slice { .. }) {
+            self.slices.push(self.constraints.len() as u32);
+        }
         self.constraints.push(Constraint { rule, origin, solved: false });
         self.woken.push((self.constraints.len() - 1) as u32);
         self.flush()
@@ -475,6 +492,7 @@ impl Subst {
                 Rule::Broadcast { a, b, c, .. } => self.solve_broadcast(id, &a, &b, &c),
                 Rule::Answer { lower, upper } => self.solve_answer(id, &lower, &upper),
                 Rule::Batch { elem, out } => self.solve_batch(id, &elem, &out),
+                Rule::Slice { whole, example } => self.solve_slice(id, &whole, &example),
             };
             self.origin = outer;
             if let Err(e) = r {
@@ -573,12 +591,129 @@ impl Subst {
         self.unify_inner(out, &shaped)
     }
 
+    /// `Slice whole example` (see `Rule::Slice`): decided one constructor at a time, from
+    /// `whole` (the argument, usually known) or else from `example` (the function's parameter),
+    /// the parts of a tuple, record or list becoming constraints of their own.
+    fn solve_slice(&mut self, id: u32, whole: &Ty, example: &Ty) -> Result<(), UnifyError> {
+        let (whole, example) = (self.prune(whole), self.prune(example));
+        let nullary = |t: &Ty, name: &str| matches!(t, Ty::Con(n, args) if args.is_empty() && &**n == name);
+        let wait = |s: &mut Self| {
+            let mut vars = vec![];
+            free_vars(s, &whole, &mut vars);
+            free_vars(s, &example, &mut vars);
+            for v in vars {
+                s.vars[v as usize].waiting.push(id);
+            }
+            Ok(())
+        };
+        if whole.is_error() || example.is_error() {
+            self.constraints[id as usize].solved = true;
+            return Ok(());
+        }
+        if nullary(&whole, "Tensor") {
+            return match &example {
+                Ty::Var(_) => wait(self),
+                t if nullary(t, "Tensor") || nullary(t, "Float") => {
+                    self.constraints[id as usize].solved = true;
+                    Ok(())
+                }
+                other => Err(UnifyError::Slice(id, other.clone())),
+            };
+        }
+        // The side whose constructor decides the other's.
+        let (known, other) = match (&whole, &example) {
+            (Ty::Var(_), Ty::Var(_)) => return wait(self),
+            // A Float parameter takes a Float or a rank-1 Tensor's elements.
+            (Ty::Var(_), e) if nullary(e, "Float") => return wait(self),
+            (Ty::Var(_), _) => (example.clone(), whole.clone()),
+            _ => (whole.clone(), example.clone()),
+        };
+        let from_whole = !matches!(whole, Ty::Var(_));
+        let fresh = |s: &mut Self| s.fresh(u32::MAX / 2);
+        let mut parts: Vec<(Ty, Ty)> = Vec::new();
+        let shaped = match &known {
+            Ty::Con(n, args) if &**n == "List" && args.len() == 1 => {
+                let o = fresh(self);
+                parts.push((args[0].clone(), o.clone()));
+                Ty::list(o)
+            }
+            Ty::Tuple(ts) => {
+                let os: Vec<Ty> = ts.iter().map(|_| fresh(self)).collect();
+                parts.extend(ts.iter().cloned().zip(os.iter().cloned()));
+                Ty::Tuple(os.into())
+            }
+            Ty::Record(row) => {
+                let o = fresh(self);
+                parts.push(((**row).clone(), o.clone()));
+                Ty::Record(Rc::new(o))
+            }
+            Ty::RowExt(l, t, rest) => {
+                let (o, orest) = (fresh(self), fresh(self));
+                parts.push(((**t).clone(), o.clone()));
+                parts.push(((**rest).clone(), orest.clone()));
+                Ty::RowExt(l.clone(), Rc::new(o), Rc::new(orest))
+            }
+            // A leaf that is not mapped over: the same in every example.
+            t => t.clone(),
+        };
+        self.constraints[id as usize].solved = true;
+        let origin = self.constraints[id as usize].origin;
+        for (k, o) in parts {
+            let (whole, example) = if from_whole { (k, o) } else { (o, k) };
+            self.slices.push(self.constraints.len() as u32);
+            self.constraints.push(Constraint { rule: Rule::Slice { whole, example }, origin, solved: false });
+            self.woken.push((self.constraints.len() - 1) as u32);
+        }
+        self.unify_inner(&other, &shaped)
+    }
+
+    /// Whether some `Slice` constraint may still wait on its example type.
+    pub fn has_slices(&self) -> bool {
+        !self.slices.is_empty()
+    }
+
+    /// Decides the `Slice` constraints still waiting on an example type where the argument has
+    /// a Tensor, when the example's variable belongs to the `let` being closed (its level is
+    /// `from` or above) and does not show in the bound type (`shown`, its free variables): the
+    /// mapped function's parameter was left open (`vmap (fun x -> x) xs`), and it is a Tensor,
+    /// as the examples are at run time (a Float where a class asks for one that Tensors lack).
+    /// A variable that shows stays open, with the constraint in the `let`'s type scheme.
+    pub fn default_slices(&mut self, from: u32, shown: &[u32]) -> Result<(), UnifyError> {
+        let mut decide = Vec::new();
+        let ids = std::mem::take(&mut self.slices);
+        for &id in &ids {
+            let k = &self.constraints[id as usize];
+            let (false, Rule::Slice { whole, example }) = (k.solved, k.rule.clone()) else { continue };
+            if let (Ty::Con(n, args), Ty::Var(v)) = (self.prune(&whole), self.prune(&example)) {
+                if args.is_empty() && &*n == "Tensor" && self.level_of(v) >= from && !shown.contains(&v) {
+                    decide.push(v);
+                }
+            }
+        }
+        self.slices = ids.into_iter().filter(|&id| !self.constraints[id as usize].solved).collect();
+        for v in decide {
+            if !matches!(self.prune(&Ty::Var(v)), Ty::Var(_)) {
+                continue;
+            }
+            let class = self.class_of(v);
+            let ty = if class & !(class::NUM | class::DIFF | class::REAL) == 0 {
+                Ty::tensor()
+            } else if class & class::APPEND == 0 {
+                Ty::float()
+            } else {
+                continue;
+            };
+            self.unify(&Ty::Var(v), &ty)?;
+        }
+        Ok(())
+    }
+
     fn solve_broadcast(&mut self, id: u32, a: &Ty, b: &Ty, c: &Ty) -> Result<(), UnifyError> {
         let (a, b, c) = (self.prune(a), self.prune(b), self.prune(c));
         let fail = |s: &Self| Err(UnifyError::Broadcast(id, s.resolve(&a), s.resolve(&b)));
         let op = match &self.constraints[id as usize].rule {
             Rule::Broadcast { op, .. } => *op,
-            Rule::Answer { .. } | Rule::Batch { .. } => "",
+            Rule::Answer { .. } | Rule::Batch { .. } | Rule::Slice { .. } => "",
         };
         // `max_of`/`min_of` also take two values of another ordered type (Strings).
         let orders = ordering_op(op);
@@ -895,11 +1030,14 @@ impl Printer {
                 shown.push(key);
             }
         };
-        // `Batch b c` (vmap's result) is shown as written.
-        let mut batches: Vec<(Ty, Ty)> = Vec::new();
-        let add_batch = |k: &Constraint, batches: &mut Vec<(Ty, Ty)>| {
-            let Rule::Batch { elem, out } = &k.rule else { return };
-            let key = (s.resolve(elem), s.resolve(out));
+        // `Slice d a` and `Batch b c` (vmap's argument and result) are shown as written.
+        let mut batches: Vec<(&str, Ty, Ty)> = Vec::new();
+        let add_batch = |k: &Constraint, batches: &mut Vec<(&str, Ty, Ty)>| {
+            let key = match &k.rule {
+                Rule::Slice { whole, example } => ("Slice", s.resolve(whole), s.resolve(example)),
+                Rule::Batch { elem, out } => ("Batch", s.resolve(elem), s.resolve(out)),
+                _ => return,
+            };
             if !batches.contains(&key) {
                 batches.push(key);
             }
@@ -944,8 +1082,8 @@ impl Printer {
         for (a, b, c) in &shown {
             constraints.push(format!("Broadcast {} {} {}", self.arg(s, a), self.arg(s, b), self.arg(s, c)));
         }
-        for (elem, out) in &batches {
-            constraints.push(format!("Batch {} {}", self.arg(s, elem), self.arg(s, out)));
+        for (rule, x, y) in &batches {
+            constraints.push(format!("{rule} {} {}", self.arg(s, x), self.arg(s, y)));
         }
         match constraints.len() {
             0 => body,

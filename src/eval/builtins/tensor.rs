@@ -117,7 +117,10 @@ fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
                     data.push(v.clone());
                     Ok(())
                 }
-                Value::Batched(b) if b.kind != crate::runtime::perturbed::Example::Tensor => {
+                // (A batch of a rank-1 tensor's elements, where `vmap`'s function takes a Float.)
+                Value::Batched(b)
+                    if b.kind != crate::runtime::perturbed::Example::Tensor || crate::ad::shape_of(v).is_empty() =>
+                {
                     data.push(v.clone());
                     Ok(())
                 }
