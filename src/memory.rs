@@ -5,7 +5,8 @@
 //! back from the system is new pages, and the kernel faults each page in (and zeroes it) on
 //! first touch: for a 100 MB tensor that is 25 000 faults, several times the cost of the
 //! arithmetic that fills it (`bench/vmap`, whose per-example gradients are one 100 MB tensor
-//! per batch, spent three quarters of its time in the page-fault handler). Buffers below
+//! per batch, spent about three quarters of its samples in the kernel, faulting pages in and
+//! unmapping freed blocks). Buffers below
 //! [`LARGE`] stay in glibc's heap once [`keep_freed_memory`] has run; above it glibc maps and
 //! unmaps every block (its mmap threshold cannot be raised further, and the evaluator's
 //! thread allocates from an arena whose heaps are at most 64 MB), so [`Reusing`] keeps those

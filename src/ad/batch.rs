@@ -135,8 +135,8 @@ fn is_float_example(a: &At) -> bool {
 /// axis and kind.
 fn float_batch(a: At, what: &str) -> FResult<(Value, usize, Example)> {
     match a {
-        At::Batch(v, axis, kind) if is_float_example(&At::Batch(v.clone(), axis, kind)) => Ok((v, axis, kind)),
-        a @ At::Batch(_, _, Example::Tensor) => Err(not_elements(&example_shape(&a))),
+        At::Batch(v, axis, kind) if is_float_example(&a) => Ok((v, axis, kind)),
+        At::Batch(_, _, Example::Tensor) => Err(not_elements(&example_shape(&a))),
         _ => Err(Fault::unbatched(what)),
     }
 }

@@ -470,17 +470,14 @@ impl Checker {
 
     /// Decides the open `Slice` constraints of a type whose variables from level `from` up
     /// are being closed (`Subst::default_slices`: a mapped function's parameter left open is a
-    /// Tensor), leaving them open if that contradicts another constraint.
+    /// Tensor).
     fn close_slices(&mut self, t: &Ty, from: u32) {
         if !self.subst.has_slices() {
             return;
         }
         let mut shown = Vec::new();
         free_vars(&self.subst, t, &mut shown);
-        let before = self.subst.clone();
-        if self.subst.default_slices(from, &shown).is_err() {
-            self.subst = before;
-        }
+        self.subst.default_slices(from, &shown);
     }
     pub fn show(&self, t: &Ty) -> String {
         Printer::default().show(&self.subst, t)

@@ -460,12 +460,63 @@ impl Subst {
 
     /// Adds a constraint and solves as much of it as is known now.
     pub fn add(&mut self, rule: Rule, origin: Span) -> Result<(), UnifyError> {
+        self.push(rule, origin);
+        self.flush()
+    }
+
+    /// Records a new constraint, to be looked at by the next `flush`.
+    fn push(&mut self, rule: Rule, origin: Span) {
+        let id = self.constraints.len() as u32;
         if matches!(rule, Rule::Slice { .. }) {
-            self.slices.push(self.constraints.len() as u32);
+            self.slices.push(id);
         }
         self.constraints.push(Constraint { rule, origin, solved: false });
-        self.woken.push((self.constraints.len() - 1) as u32);
-        self.flush()
+        self.woken.push(id);
+    }
+
+    /// Leaves constraint `id` waiting on every variable of `tys`: binding any of them wakes it,
+    /// and a type scheme quantifying one of them takes the constraint along.
+    fn wait_on(&mut self, id: u32, tys: [&Ty; 2]) {
+        let mut vars = vec![];
+        for t in tys {
+            free_vars(self, t, &mut vars);
+        }
+        for v in vars {
+            self.vars[v as usize].waiting.push(id);
+        }
+    }
+
+    /// The shape of a tuple, list or record type `t` (or of a row of one) with a fresh variable
+    /// for each part, the pairs (part, fresh variable) added to `parts`; `None` for a leaf.
+    /// Fresh parts are joined to the other side at once, and binding lowers their level to
+    /// its: generalisation sees them where that side is.
+    fn split_parts(&mut self, t: &Ty, parts: &mut Vec<(Ty, Ty)>) -> Option<Ty> {
+        let fresh = |s: &mut Self| s.fresh(u32::MAX / 2);
+        Some(match t {
+            Ty::Con(n, args) if &**n == "List" && args.len() == 1 => {
+                let o = fresh(self);
+                parts.push((args[0].clone(), o.clone()));
+                Ty::list(o)
+            }
+            Ty::Tuple(ts) => {
+                let os: Vec<Ty> = ts.iter().map(|_| fresh(self)).collect();
+                parts.extend(ts.iter().cloned().zip(os.iter().cloned()));
+                Ty::Tuple(os.into())
+            }
+            Ty::Record(row) => {
+                let o = fresh(self);
+                parts.push(((**row).clone(), o.clone()));
+                Ty::Record(Rc::new(o))
+            }
+            Ty::RowEmpty => Ty::RowEmpty,
+            Ty::RowExt(l, t, rest) => {
+                let (o, orest) = (fresh(self), fresh(self));
+                parts.push(((**t).clone(), o.clone()));
+                parts.push(((**rest).clone(), orest.clone()));
+                Ty::RowExt(l.clone(), Rc::new(o), Rc::new(orest))
+            }
+            _ => return None,
+        })
     }
 
     pub fn constraint(&self, id: u32) -> &Constraint {
@@ -511,14 +562,8 @@ impl Subst {
                 Ok(())
             }
             Ty::Var(_) => {
-                // It waits on `lower`, and is found from every variable of `upper` too, so
-                // that a type scheme quantifying one of them takes the constraint along.
-                let mut vars = vec![];
-                free_vars(self, &lower, &mut vars);
-                free_vars(self, &upper, &mut vars);
-                for v in vars {
-                    self.vars[v as usize].waiting.push(id);
-                }
+                // It waits on `lower`, and is found from every variable of `upper` too.
+                self.wait_on(id, [&lower, &upper]);
                 Ok(())
             }
             _ => {
@@ -541,52 +586,21 @@ impl Subst {
     /// parts of a tuple, record or list becoming constraints of their own.
     fn solve_batch(&mut self, id: u32, elem: &Ty, out: &Ty) -> Result<(), UnifyError> {
         let elem = self.prune(elem);
-        // Fresh parts of `out` are joined to it at once, and binding lowers their level to
-        // its: generalisation sees them where `out` is.
-        let fresh = |s: &mut Self| s.fresh(u32::MAX / 2);
         let mut parts: Vec<(Ty, Ty)> = Vec::new();
         let shaped = match &elem {
             Ty::Var(_) => {
                 // Waits on `elem`, and is found from `out`'s variables too (for schemes).
-                let mut vars = vec![];
-                free_vars(self, &elem, &mut vars);
-                free_vars(self, out, &mut vars);
-                for v in vars {
-                    self.vars[v as usize].waiting.push(id);
-                }
+                self.wait_on(id, [&elem, out]);
                 return Ok(());
             }
-            Ty::Con(n, args) if args.is_empty() && matches!(&**n, "Float" | "Tensor") => Ty::tensor(),
+            t if t.is_con("Float") || t.is_con("Tensor") => Ty::tensor(),
             t if t.is_error() => Ty::error(),
-            Ty::Con(n, args) if &**n == "List" && args.len() == 1 => {
-                let o = fresh(self);
-                parts.push((args[0].clone(), o.clone()));
-                Ty::list(o)
-            }
-            Ty::Tuple(ts) => {
-                let os: Vec<Ty> = ts.iter().map(|_| fresh(self)).collect();
-                parts.extend(ts.iter().cloned().zip(os.iter().cloned()));
-                Ty::Tuple(os.into())
-            }
-            Ty::Record(row) => {
-                let o = fresh(self);
-                parts.push(((**row).clone(), o.clone()));
-                Ty::Record(Rc::new(o))
-            }
-            Ty::RowEmpty => Ty::RowEmpty,
-            Ty::RowExt(l, t, rest) => {
-                let (o, orest) = (fresh(self), fresh(self));
-                parts.push(((**t).clone(), o.clone()));
-                parts.push(((**rest).clone(), orest.clone()));
-                Ty::RowExt(l.clone(), Rc::new(o), Rc::new(orest))
-            }
-            other => return Err(UnifyError::Batch(id, other.clone())),
+            t => self.split_parts(t, &mut parts).ok_or_else(|| UnifyError::Batch(id, t.clone()))?,
         };
         self.constraints[id as usize].solved = true;
         let origin = self.constraints[id as usize].origin;
         for (elem, out) in parts {
-            self.constraints.push(Constraint { rule: Rule::Batch { elem, out }, origin, solved: false });
-            self.woken.push((self.constraints.len() - 1) as u32);
+            self.push(Rule::Batch { elem, out }, origin);
         }
         self.unify_inner(out, &shaped)
     }
@@ -596,75 +610,44 @@ impl Subst {
     /// the parts of a tuple, record or list becoming constraints of their own.
     fn solve_slice(&mut self, id: u32, whole: &Ty, example: &Ty) -> Result<(), UnifyError> {
         let (whole, example) = (self.prune(whole), self.prune(example));
-        let nullary = |t: &Ty, name: &str| matches!(t, Ty::Con(n, args) if args.is_empty() && &**n == name);
-        let wait = |s: &mut Self| {
-            let mut vars = vec![];
-            free_vars(s, &whole, &mut vars);
-            free_vars(s, &example, &mut vars);
-            for v in vars {
-                s.vars[v as usize].waiting.push(id);
-            }
-            Ok(())
-        };
         if whole.is_error() || example.is_error() {
             self.constraints[id as usize].solved = true;
             return Ok(());
         }
-        if nullary(&whole, "Tensor") {
+        if whole.is_con("Tensor") {
             return match &example {
-                Ty::Var(_) => wait(self),
-                t if nullary(t, "Tensor") || nullary(t, "Float") => {
+                Ty::Var(_) => {
+                    self.wait_on(id, [&whole, &example]);
+                    Ok(())
+                }
+                t if t.is_con("Tensor") || t.is_con("Float") => {
                     self.constraints[id as usize].solved = true;
                     Ok(())
                 }
                 other => Err(UnifyError::Slice(id, other.clone())),
             };
         }
-        // The side whose constructor decides the other's.
-        let (known, other) = match (&whole, &example) {
-            (Ty::Var(_), Ty::Var(_)) => return wait(self),
-            // A Float parameter takes a Float or a rank-1 Tensor's elements.
-            (Ty::Var(_), e) if nullary(e, "Float") => return wait(self),
-            (Ty::Var(_), _) => (example.clone(), whole.clone()),
-            _ => (whole.clone(), example.clone()),
-        };
+        // The side whose constructor decides the other's; a Float parameter takes a Float or a
+        // rank-1 Tensor's elements, so it decides nothing.
         let from_whole = !matches!(whole, Ty::Var(_));
-        let fresh = |s: &mut Self| s.fresh(u32::MAX / 2);
-        let mut parts: Vec<(Ty, Ty)> = Vec::new();
-        let shaped = match &known {
-            Ty::Con(n, args) if &**n == "List" && args.len() == 1 => {
-                let o = fresh(self);
-                parts.push((args[0].clone(), o.clone()));
-                Ty::list(o)
+        let (known, other) = match (&whole, &example) {
+            (Ty::Var(_), e) if matches!(e, Ty::Var(_)) || e.is_con("Float") => {
+                self.wait_on(id, [&whole, &example]);
+                return Ok(());
             }
-            Ty::Tuple(ts) => {
-                let os: Vec<Ty> = ts.iter().map(|_| fresh(self)).collect();
-                parts.extend(ts.iter().cloned().zip(os.iter().cloned()));
-                Ty::Tuple(os.into())
-            }
-            Ty::Record(row) => {
-                let o = fresh(self);
-                parts.push(((**row).clone(), o.clone()));
-                Ty::Record(Rc::new(o))
-            }
-            Ty::RowExt(l, t, rest) => {
-                let (o, orest) = (fresh(self), fresh(self));
-                parts.push(((**t).clone(), o.clone()));
-                parts.push(((**rest).clone(), orest.clone()));
-                Ty::RowExt(l.clone(), Rc::new(o), Rc::new(orest))
-            }
-            // A leaf that is not mapped over: the same in every example.
-            t => t.clone(),
+            (Ty::Var(_), _) => (&example, &whole),
+            _ => (&whole, &example),
         };
+        let mut parts: Vec<(Ty, Ty)> = Vec::new();
+        // A leaf that is not mapped over is the same in every example.
+        let shaped = self.split_parts(known, &mut parts).unwrap_or_else(|| known.clone());
         self.constraints[id as usize].solved = true;
         let origin = self.constraints[id as usize].origin;
         for (k, o) in parts {
             let (whole, example) = if from_whole { (k, o) } else { (o, k) };
-            self.slices.push(self.constraints.len() as u32);
-            self.constraints.push(Constraint { rule: Rule::Slice { whole, example }, origin, solved: false });
-            self.woken.push((self.constraints.len() - 1) as u32);
+            self.push(Rule::Slice { whole, example }, origin);
         }
-        self.unify_inner(&other, &shaped)
+        self.unify_inner(other, &shaped)
     }
 
     /// Whether some `Slice` constraint may still wait on its example type.
@@ -678,19 +661,24 @@ impl Subst {
     /// mapped function's parameter was left open (`vmap (fun x -> x) xs`), and it is a Tensor,
     /// as the examples are at run time (a Float where a class asks for one that Tensors lack).
     /// A variable that shows stays open, with the constraint in the `let`'s type scheme.
-    pub fn default_slices(&mut self, from: u32, shown: &[u32]) -> Result<(), UnifyError> {
+    pub fn default_slices(&mut self, from: u32, shown: &[u32]) {
         let mut decide = Vec::new();
         let ids = std::mem::take(&mut self.slices);
         for &id in &ids {
             let k = &self.constraints[id as usize];
-            let (false, Rule::Slice { whole, example }) = (k.solved, k.rule.clone()) else { continue };
-            if let (Ty::Con(n, args), Ty::Var(v)) = (self.prune(&whole), self.prune(&example)) {
-                if args.is_empty() && &*n == "Tensor" && self.level_of(v) >= from && !shown.contains(&v) {
+            let (false, Rule::Slice { whole, example }) = (k.solved, &k.rule) else { continue };
+            if let (true, Ty::Var(v)) = (self.prune(whole).is_con("Tensor"), self.prune(example)) {
+                if self.level_of(v) >= from && !shown.contains(&v) {
                     decide.push(v);
                 }
             }
         }
         self.slices = ids.into_iter().filter(|&id| !self.constraints[id as usize].solved).collect();
+        if decide.is_empty() {
+            return;
+        }
+        // A default that contradicts another constraint leaves every variable open.
+        let before = self.clone();
         for v in decide {
             if !matches!(self.prune(&Ty::Var(v)), Ty::Var(_)) {
                 continue;
@@ -703,9 +691,11 @@ impl Subst {
             } else {
                 continue;
             };
-            self.unify(&Ty::Var(v), &ty)?;
+            if self.unify(&Ty::Var(v), &ty).is_err() {
+                *self = before;
+                return;
+            }
         }
-        Ok(())
     }
 
     fn solve_broadcast(&mut self, id: u32, a: &Ty, b: &Ty, c: &Ty) -> Result<(), UnifyError> {
