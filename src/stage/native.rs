@@ -792,7 +792,7 @@ mod tests {
     }
 
     const XS: [f64; 12] =
-        [0.5, -1.75, 0.0, -0.0, 1e-9, 3.0e4, -7.5e8, 1e22, 1e300, f64::INFINITY, f64::NAN, 0.7853981633974483];
+        [0.5, -1.75, 0.0, -0.0, 1e-9, 3.0e4, -7.5e8, 1e22, 1e300, f64::INFINITY, f64::NAN, std::f64::consts::FRAC_PI_4];
 
     #[test]
     fn libm_sincos_is_sin_and_cos_where_it_is_used() {
