@@ -9,8 +9,9 @@
 # NATIVE_TARGET (default /tmp/w1_native_target, nothing is written under ../shared) when its
 # binary is missing.
 # dp's figures come from jit.dp itself (`clock`): `first` is the first call (trace, optimise,
-# native compilation and one run), `per_call` the mean of REPS later calls. Each reference
-# prints its own per-call seconds (native: median of 101 calls; JAX: of 10 after compiling).
+# native compilation and one run), `per_call` the mean and `median` the median of REPS later
+# calls. Each reference prints its own per-call seconds (native: median of 101 calls; JAX: of
+# 10 after compiling), so the summary takes dp's medians too.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -20,7 +21,7 @@ NATIVE_TARGET=${NATIVE_TARGET:-/tmp/w1_native_target}
 NATIVE=${NATIVE:-$NATIVE_TARGET/release/w1-native}
 PY=${PY:-$HOME/.venvs/dp-reference/bin/python}
 ROUNDS=${ROUNDS:-3}
-REPS=${REPS:-20}
+REPS=${REPS:-51}
 field() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p" | head -1; }
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -37,11 +38,11 @@ DP_T=() PLAIN_T=() NATIVE_T=() JAX_T=()
 echo "# $(nproc) cpus, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); avx512f: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$ROUNDS"); do
     line=$("$DP" run "$HERE/jit.dp" 100000 "$REPS")
-    t=$(echo "$line" | field per_call); DP_T+=("$t")
-    echo "round $r  dp jit        first=$(echo "$line" | field first) s  per_call=$t s  value=$(echo "$line" | field value) grad=$(echo "$line" | field grad)"
+    t=$(echo "$line" | field median); DP_T+=("$t")
+    echo "round $r  dp jit        first=$(echo "$line" | field first) s  per_call=$(echo "$line" | field per_call) s  median=$t s  value=$(echo "$line" | field value) grad=$(echo "$line" | field grad)"
     line=$(DP_JIT_NATIVE=0 "$DP" run "$HERE/jit.dp" 100000 "$REPS")
-    t=$(echo "$line" | field per_call); PLAIN_T+=("$t")
-    echo "round $r  dp jit, DP_JIT_NATIVE=0  first=$(echo "$line" | field first) s  per_call=$t s"
+    t=$(echo "$line" | field median); PLAIN_T+=("$t")
+    echo "round $r  dp jit, DP_JIT_NATIVE=0  first=$(echo "$line" | field first) s  per_call=$(echo "$line" | field per_call) s  median=$t s"
     if [ -x "$NATIVE" ]; then
         line=$("$NATIVE" 100000 101 2>/dev/null)
         t=$(echo "$line" | field seconds); NATIVE_T+=("$t")
@@ -56,7 +57,7 @@ done
 
 median() { printf '%s\n' "$@" | grep -E '^[0-9.e+-]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2)}'; }
 dp=$(median "${DP_T[@]}")
-summary="median per call: dp jit ${dp:-n/a} s"
+summary="per call, median of the rounds' medians: dp jit ${dp:-n/a} s"
 for row in "DP_JIT_NATIVE=0|${PLAIN_T[*]}" "rust native|${NATIVE_T[*]}" "jax jit|${JAX_T[*]}"; do
     name=${row%%|*}
     # shellcheck disable=SC2086
