@@ -226,6 +226,34 @@ fn a_staged_loop_runs_as_native_loops_with_the_machines_numbers() {
     assert!(loops >= 2 && looped * 100 >= total * 99, "{}", log[0]);
 }
 
+/// `sin` and `cos` of one value, written by the user (in a loop and in straight code after
+/// it) and made by the derivative rule of `sin` under `value_and_grad`: native code takes each
+/// pair from one `sincos` call, and prints the interpreter's numbers, at arguments across
+/// the magnitudes (each of libm's argument reductions) and at the specials.
+#[test]
+fn sin_and_cos_of_one_value_give_the_machines_numbers() {
+    let src = "let f x =\n\
+               \x20 let rec go i acc = if i > 200 then acc else\n\
+               \x20   let t = x * float i in go (i + 1) (acc * 0.5 + sin t * cos t + cos (t * 0.5))\n\
+               \x20 in\n\
+               \x20 let y = go 1 0.0 in\n\
+               \x20 cos y - sin y * x\n\
+               let j = jit f\n\
+               let g = jit (value_and_grad f)\n\
+               let xs = [0.3, -2.5, 0.0, 1e-8, 7.0e3, -3.0e7, 1e21, 1e300, 1.0 / 0.0, 0.0 / 0.0]\n\
+               let () = iter (fun x -> println (f x, j x)) xs\n\
+               let () = iter (fun x -> println (value_and_grad f x, g x)) xs\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out.len(), 20, "{out:?}");
+    for line in &out {
+        // Each line is `(machine, staged)`, each side printed the same way.
+        let inner = &line[1..line.len() - 1];
+        let half = inner.len() / 2;
+        assert_eq!(&inner[..half - 1], &inner[half + 1..], "{line}");
+    }
+    assert!(log[0].contains("loops"), "{log:?}");
+}
+
 /// Native code and the executor alone (`DP_JIT_NATIVE=0`) print the same numbers, for scalar
 /// code mixed with tensors, masks (relu, abs, where), powers and every math function.
 #[test]

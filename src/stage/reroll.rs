@@ -28,7 +28,7 @@ const MAX_PERIOD: usize = 4096;
 const CANDIDATES: usize = 8;
 
 /// One operand of a loop-body node: in iteration `j` it is node `base + j·stride`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Affine {
     pub base: u32,
     pub stride: i64,
