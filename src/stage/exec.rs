@@ -352,7 +352,7 @@ fn args_repeat(args: &[u32], a: usize) -> bool {
     args.iter().filter(|&&x| x as usize == a).count() > 1
 }
 
-fn build(t: &Template, outs: &[Value]) -> Value {
+pub(super) fn build(t: &Template, outs: &[Value]) -> Value {
     match t {
         Template::Out(k) => outs[*k].clone(),
         Template::Value(v) => v.clone(),
