@@ -692,9 +692,22 @@ fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
                 };
                 let grads = Rc::try_unwrap(grads).unwrap_or_else(|shared| (*shared).clone());
                 for (cell, g) in inputs.iter().zip(grads) {
-                    // (`()`: the call's result does not depend on that leaf.)
-                    if !matches!(g, Value::Unit) {
-                        accumulate(m, cell, g)?;
+                    match g {
+                        // The call's result does not depend on that leaf.
+                        Value::Unit => {}
+                        // An outer product u ⊗ v, summed with the others of that cell at the
+                        // end (stage/vjp.rs `defer_outer_products`).
+                        Value::Tuple(uv) => match &uv[..] {
+                            [Value::Tensor(u), Value::Tensor(v)] if u.cpu().is_some() && v.cpu().is_some() => {
+                                outer.push(cell, u.clone(), v.clone());
+                            }
+                            [u, v] => {
+                                let p = m.forward(&TOp::MatMul, &[u.clone(), v.clone()])?;
+                                accumulate(m, cell, p)?;
+                            }
+                            _ => return Err(Fault::internal("a staged backward program's outer product")),
+                        },
+                        g => accumulate(m, cell, g)?,
                     }
                 }
             }

@@ -12,11 +12,12 @@
 //! backward program reads (constants are copied into it instead).
 
 use super::exec::{self, Plan};
-use super::ir::{Node, Program, Template};
+use super::ir::{Kind, Node, Op, Program, Template};
 use super::{fuse, opt};
 use crate::runtime::perturbed::{AdjFrame, StagedFrame, Tracked};
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
+use crate::tensor::DType;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -91,8 +92,39 @@ pub fn split(g: Program, n_x: usize) -> FResult<Vjp> {
     bwd.inputs = r + outs;
     opt::dead_code(&mut bwd);
     let forward = Rc::new(Plan::new(fuse::fuse(fwd)));
-    let backward = Rc::new(Plan::new(fuse::fuse(bwd)));
+    let mut bwd = fuse::fuse(bwd);
+    defer_outer_products(&mut bwd);
+    let backward = Rc::new(Plan::new(bwd));
     Ok(Vjp { forward, backward, result, outs, residuals: r })
+}
+
+/// A leaf's adjoint that is an outer product u ⊗ v (a weight's, of a product with a vector) is
+/// returned as the pair `(u, v)` instead, which the record hands to the backward pass's outer
+/// sums (ad/matmul.rs): all the calls' products for a weight are then one GEMM at the end, as
+/// the unstaged pass makes them, rather than a matrix built and added per call.
+fn defer_outer_products(p: &mut Program) {
+    let Template::Tuple(grads) = &mut p.template else { return };
+    let mut readers = vec![0u32; p.nodes.len()];
+    for node in &p.nodes {
+        if let Node::Apply(_, args) = node {
+            args.iter().for_each(|&a| readers[a as usize] += 1);
+        }
+    }
+    p.outputs.iter().for_each(|&o| readers[o as usize] += 1);
+    let column = |k: &Kind| matches!(k, Kind::Tensor(DType::F32, s) if s.len() == 2 && s[1] == 1);
+    let row = |k: &Kind| matches!(k, Kind::Tensor(DType::F32, s) if s.len() == 2 && s[0] == 1);
+    for g in grads.iter_mut() {
+        let Template::Out(k) = *g else { continue };
+        let o = p.outputs[k] as usize;
+        let Node::Apply(Op::Product { tx: false, ty: false, acc: false }, args) = &p.nodes[o] else { continue };
+        let (u, v) = (args[0], args[1]);
+        if readers[o] == 1 && column(&p.kinds[u as usize]) && row(&p.kinds[v as usize]) {
+            p.outputs[k] = u;
+            p.outputs.push(v);
+            *g = Template::Tuple(vec![Template::Out(k), Template::Out(p.outputs.len() - 1)]);
+        }
+    }
+    opt::dead_code(p);
 }
 
 fn count_outs(t: &Template) -> usize {
