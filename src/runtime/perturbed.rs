@@ -78,7 +78,13 @@ pub struct StagedFrame {
     pub outs: Vec<Rc<Tracked>>,
     pub inputs: Vec<Rc<Tracked>>,
     pub residuals: Vec<Value>,
-    pub backward: Rc<crate::stage::exec::Plan>,
+    pub backward: Rc<dyn StagedBackward>,
+}
+
+/// The backward program of a staged call (a compiled `stage` plan, which sits above this
+/// layer): (residuals, the result's adjoints) ↦ a tuple of the argument's adjoints.
+pub trait StagedBackward {
+    fn run(&self, inputs: Vec<Value>) -> super::FResult<Value>;
 }
 
 /// Where a custom rule's input adjoint comes from.

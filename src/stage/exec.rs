@@ -343,6 +343,12 @@ impl Plan {
     }
 }
 
+impl crate::runtime::perturbed::StagedBackward for Plan {
+    fn run(&self, inputs: Vec<Value>) -> FResult<Value> {
+        Plan::run(self, inputs)
+    }
+}
+
 fn floats_in(p: &Program, args: &[u32]) -> bool {
     args.iter().all(|&a| p.kinds[a as usize] == Kind::Float)
 }
