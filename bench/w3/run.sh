@@ -17,6 +17,7 @@
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../tensors_common.sh"
 PROG=$HERE/treelstm.dp
+JIT_PROG=$HERE/jit.dp
 REF_VALUE=20374.25
 TOL=1e-5
 R=${DP_REPS:-3}

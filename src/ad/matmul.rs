@@ -80,7 +80,7 @@ pub(super) struct OuterSums {
 }
 
 impl OuterSums {
-    fn push(&mut self, cell: &Rc<Tracked>, u: Rc<Tensor>, v: Rc<Tensor>) -> bool {
+    pub(super) fn push(&mut self, cell: &Rc<Tracked>, u: Rc<Tensor>, v: Rc<Tensor>) -> bool {
         match self.cells.iter_mut().find(|(c, _)| Rc::ptr_eq(c, cell)) {
             Some((_, pairs)) => pairs.push((u, v)),
             None => self.cells.push((cell.clone(), vec![(u, v)])),

@@ -49,7 +49,7 @@ pub mod tensor;
 use crate::core::Prim;
 use crate::runtime::perturbed::{
     is_ad, strip, tag_of, AdjFrame, Deferred, DeferredFrame, Dual, Example, GradState, OpFrame, Operand, RuleCall,
-    Suspended, Tracked,
+    StagedFrame, Suspended, Tracked,
 };
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
@@ -589,6 +589,12 @@ pub fn backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
     run_backward(m, state, y)
 }
 
+/// Adds `adjoint` to a cell's adjoint (in the cell's kind): how a staged call's traced
+/// backward pass is seeded with the adjoints of its result (stage/vjp.rs).
+pub fn seed_cell<H: Host>(m: &mut H, cell: &Tracked, adjoint: Value) -> FResult<()> {
+    accumulate(m, cell, adjoint)
+}
+
 /// Adds each leaf of `adjoint` to the matching leaf of `cells` where that is a cell of level
 /// `tag` (a leaf of another level or a constant there takes nothing).
 pub(super) fn add_leafwise<H: Host>(m: &mut H, tag: u32, cells: Value, adjoint: Value) -> FResult<()> {
@@ -654,6 +660,55 @@ fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
                 outer.flush_all(m)?;
                 if let Some((inputs, batch, call)) = custom::rule_call(m, tag, *frame)? {
                     return Ok(Back::Call(Box::new(Suspended { state, y, inputs, batch }), call));
+                }
+            }
+            AdjFrame::Staged(frame) => {
+                let StagedFrame { outs, inputs, mut residuals, backward } = *frame;
+                for out in &outs {
+                    outer.flush(m, out)?;
+                }
+                let adjoints: Vec<Option<Value>> = outs.iter().map(|o| o.adj.borrow_mut().take()).collect();
+                if adjoints.iter().all(Option::is_none) {
+                    continue;
+                }
+                for (out, g) in outs.iter().zip(adjoints) {
+                    let g = match g {
+                        None => zero_like(&out.primal),
+                        Some(g) if is_tensor(&out.primal) => in_kind_of(m, &out.primal, g)?,
+                        Some(g) => g,
+                    };
+                    if is_ad(&g) {
+                        // Only a lone `grad` level stages a call (stage::Jit::call), so no
+                        // other level perturbs the adjoints, short of a continuation resumed
+                        // elsewhere; the compiled program could not differentiate them.
+                        return Err(Fault::new("jit: a staged call's adjoint is differentiated by another `grad` or `jvp`")
+                            .help("a staged function differentiated by nested levels runs unstaged only when the levels are running at the call"));
+                    }
+                    residuals.push(g);
+                }
+                let grads = backward.run(residuals)?;
+                let Value::Tuple(grads) = grads else {
+                    return Err(Fault::internal("a staged backward program returned no tuple"));
+                };
+                let grads = Rc::try_unwrap(grads).unwrap_or_else(|shared| (*shared).clone());
+                for (cell, g) in inputs.iter().zip(grads) {
+                    match g {
+                        // The call's result does not depend on that leaf.
+                        Value::Unit => {}
+                        // An outer product u ⊗ v, summed with the others of that cell at the
+                        // end (stage/vjp.rs `defer_outer_products`).
+                        Value::Tuple(uv) => match &uv[..] {
+                            [Value::Tensor(u), Value::Tensor(v)] if u.cpu().is_some() && v.cpu().is_some() => {
+                                outer.push(cell, u.clone(), v.clone());
+                            }
+                            [u, v] => {
+                                let p = m.forward(&TOp::MatMul, &[u.clone(), v.clone()])?;
+                                accumulate(m, cell, p)?;
+                            }
+                            _ => return Err(Fault::internal("a staged backward program's outer product")),
+                        },
+                        g => accumulate(m, cell, g)?,
+                    }
                 }
             }
             AdjFrame::Op(frame) => {

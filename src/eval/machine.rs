@@ -842,6 +842,17 @@ impl Machine {
                 let Delim::GradHandler(state) = std::mem::replace(&mut self.delim, Delim::Reset) else {
                     return Err(Fault::internal("grad prompt without its handler"));
                 };
+                let v = match self.jit.vjp_level() == Some(state.tag) {
+                    // The `grad` inside the trace of a differentiated staged call: its result's
+                    // adjoints are inputs of the trace (stage/vjp.rs), not 1.
+                    true => {
+                        for (cell, adjoint) in self.jit.seed(&v)? {
+                            ad::seed_cell(self, &cell, adjoint)?;
+                        }
+                        Value::Unit
+                    }
+                    false => v,
+                };
                 let back = ad::backward(self, *state, v)?;
                 self.backward_step(back)
             }
@@ -896,7 +907,7 @@ impl Machine {
             Delim::Stage => {
                 let out = self.jit.end(&v);
                 self.restore_below()?;
-                Ok(Some(Action::Return(out?)))
+                Ok(Some(Action::Return(self.staged(out?)?)))
             }
         }
     }
@@ -939,6 +950,22 @@ impl Machine {
         self.push_segment(Delim::GradHandler(Box::new(state)));
         self.push_segment(Delim::GradPrompt(tag));
         Ok(Action::Apply(f, vec![wrapped], span))
+    }
+
+    /// A staged call's result; a differentiated one's record goes onto its level.
+    fn staged(&mut self, call: stage::Call) -> FResult<Value> {
+        match call {
+            stage::Call::Done(v) => Ok(v),
+            stage::Call::Record { y, tag, frame } => match self.grad_handler(tag) {
+                Some(h) => {
+                    h.frames.push(frame);
+                    Ok(y)
+                }
+                // (The level was running at the call, and the call returns inside it.)
+                None => Ok(ad::strip_deep(&y)),
+            },
+            _ => Err(Fault::internal("a staged call ended without its result")),
+        }
     }
 
     fn control(&mut self, c: Control, span: Span) -> FResult<Next> {
@@ -1031,15 +1058,34 @@ impl Machine {
                 self.push_segment(Delim::Catch(Box::new((handler, span))));
                 Action::Apply(body, vec![Value::Unit], span)
             }
-            Control::Jit { f, x } => match self.jit.call(&f, &x)? {
-                stage::Call::Inline => Action::Apply(f, vec![x], span),
-                stage::Call::Done(v) => Action::Return(v),
-                stage::Call::Trace => {
-                    let arg = self.jit.begin(&f, &x)?;
-                    self.push_segment(Delim::Stage);
-                    Action::Apply(f, vec![arg], span)
+            Control::Jit { f, x } => {
+                let grad = match self.levels[..] {
+                    [level] if level.grad => Some(level.tag),
+                    _ => None,
+                };
+                match self.jit.call(&f, &x, grad)? {
+                    stage::Call::Inline => Action::Apply(f, vec![x], span),
+                    stage::Call::Trace => {
+                        let arg = self.jit.begin(&f, &x)?;
+                        self.push_segment(Delim::Stage);
+                        Action::Apply(f, vec![arg], span)
+                    }
+                    stage::Call::TraceVjp(site) => {
+                        // `f` runs traced under a `grad` of the trace's own, which the
+                        // handler seeds with the result's adjoints as inputs (`Jit::seed`).
+                        let tag = self.next_tag;
+                        self.next_tag += 1;
+                        let arg = self.jit.begin_vjp(&f, site, tag)?;
+                        self.push_segment(Delim::Stage);
+                        let frames = std::mem::take(&mut self.spare_adjoint_frames);
+                        let state = GradState::new(tag, Value::Unit, false, frames);
+                        self.push_segment(Delim::GradHandler(Box::new(state)));
+                        self.push_segment(Delim::GradPrompt(tag));
+                        Action::Apply(f, vec![arg], span)
+                    }
+                    done => Action::Return(self.staged(done)?),
                 }
-            },
+            }
             Control::Exit(code) => {
                 self.exit_code = Some(code);
                 return Err(Fault::abort(format!("exit {code}")));

@@ -65,6 +65,26 @@ pub enum AdjFrame {
     /// A call of `custom_vjp`, `custom_jvp` or `checkpoint` at this level: its after-code is dp
     /// code (the rule, or the recomputation), which the backward pass hands to the machine.
     Custom(Box<CustomFrame>),
+    /// A call of a staged function (`jit f x`) whose argument this level differentiates: one
+    /// primitive, whose reverse rule is a staged program (src/stage/vjp.rs).
+    Staged(Box<StagedFrame>),
+}
+
+/// The record of a staged call: its result's leaves as this level's cells, the argument's
+/// cells at this level, and what the staged backward program reads besides the result's
+/// adjoints (the residuals its forward program kept).
+#[derive(Clone)]
+pub struct StagedFrame {
+    pub outs: Vec<Rc<Tracked>>,
+    pub inputs: Vec<Rc<Tracked>>,
+    pub residuals: Vec<Value>,
+    pub backward: Rc<dyn StagedBackward>,
+}
+
+/// The backward program of a staged call (a compiled `stage` plan, which sits above this
+/// layer): (residuals, the result's adjoints) ↦ a tuple of the argument's adjoints.
+pub trait StagedBackward {
+    fn run(&self, inputs: Vec<Value>) -> super::FResult<Value>;
 }
 
 /// Where a custom rule's input adjoint comes from.

@@ -343,6 +343,12 @@ impl Plan {
     }
 }
 
+impl crate::runtime::perturbed::StagedBackward for Plan {
+    fn run(&self, inputs: Vec<Value>) -> FResult<Value> {
+        Plan::run(self, inputs)
+    }
+}
+
 fn floats_in(p: &Program, args: &[u32]) -> bool {
     args.iter().all(|&a| p.kinds[a as usize] == Kind::Float)
 }
@@ -352,7 +358,7 @@ fn args_repeat(args: &[u32], a: usize) -> bool {
     args.iter().filter(|&&x| x as usize == a).count() > 1
 }
 
-fn build(t: &Template, outs: &[Value]) -> Value {
+pub(super) fn build(t: &Template, outs: &[Value]) -> Value {
     match t {
         Template::Out(k) => outs[*k].clone(),
         Template::Value(v) => v.clone(),

@@ -26,12 +26,14 @@ mod native;
 pub mod opt;
 mod reroll;
 mod trace;
+mod vjp;
 
-use crate::runtime::perturbed::{is_ad, strip};
+use crate::runtime::perturbed::{is_ad, strip, AdjFrame, Tracked};
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{DType, Device, TOp, Un};
 use ir::Op;
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Instant;
@@ -44,6 +46,9 @@ pub use trace::escaped;
 const SIGNATURES_PER_FUNCTION: usize = 8;
 /// ... and this many staged functions.
 const FUNCTIONS: usize = 64;
+
+/// Why a call whose argument is perturbed runs unstaged (`DP_JIT_LOG`), but for a capture.
+const UNSTAGED: &str = "the argument is differentiated by nested levels or a `jvp`, or batched, outside the jit";
 
 /// One item of an argument's signature, in a pre-order walk of its structure. Float leaves
 /// are traced (only their kind is part of the signature); Ints, Bools and Strings are part of
@@ -68,12 +73,42 @@ struct Compiled {
     plan: Rc<exec::Plan>,
 }
 
+/// A signature's programs for calls an outer `grad` differentiates (vjp.rs); `mask` says
+/// which of the argument's leaves it tracks.
+struct CompiledVjp {
+    sig: Vec<Sig>,
+    mask: Vec<bool>,
+    vjp: Rc<vjp::Vjp>,
+}
+
 struct Function {
     /// Held so its address, the cache's key, is not reused while the entry lives.
     _f: Value,
     id: usize,
     used: u64,
     compiled: VecDeque<Compiled>,
+    vjps: VecDeque<CompiledVjp>,
+    /// Whether `f` is known to capture no value an outer level perturbs (it captures no
+    /// reference, so that cannot change).
+    captures_plain: bool,
+}
+
+/// The argument of a call an outer `grad` differentiates: its values at that level, and the
+/// cells of the leaves it tracks.
+pub struct VjpSite {
+    tag: u32,
+    x: Value,
+    cells: Vec<Rc<Tracked>>,
+    mask: Vec<bool>,
+}
+
+/// The trace of such a call: the inner level `f` runs under, its cells for the tracked
+/// leaves, and `f`'s result once it has returned.
+struct PendingVjp {
+    site: VjpSite,
+    level: u32,
+    inner: Vec<Rc<Tracked>>,
+    result: Option<Value>,
 }
 
 /// The call being traced: its trace and what the cache entry needs when it ends.
@@ -84,17 +119,23 @@ struct Pending {
     sig: Vec<Sig>,
     leaves: Vec<Value>,
     started: Instant,
+    vjp: Option<PendingVjp>,
 }
 
 /// What `jit f x` does on this call.
 pub enum Call {
-    /// Runs `f x` as it is: inside a staged function (its operations join that trace) or
-    /// with an argument an outer `grad` or `jvp` differentiates.
+    /// Runs `f x` as it is: inside a staged function (its operations join that trace), or
+    /// with an argument that nested levels, a `jvp` or a `vmap` outside perturb.
     Inline,
     /// A compiled program ran: its result.
     Done(Value),
+    /// A staged call the outer `grad` of `tag` differentiates ran its forward program: its
+    /// result (tracked at `tag`) and the record to push onto that level.
+    Record { y: Value, tag: u32, frame: AdjFrame },
     /// `f` must be traced on this argument (`begin`).
     Trace,
+    /// `f` must be traced on this argument under a `grad` (`begin_vjp`).
+    TraceVjp(VjpSite),
 }
 
 /// The machine's staging state: the trace running (one at a time: a `jit` inside a staged
@@ -108,8 +149,8 @@ pub struct Jit {
     clock: u64,
     log: bool,
     dump: bool,
-    /// The last program compiled, with its heading (the REPL's `:ir` prints it).
-    last: Option<(String, Rc<exec::Plan>)>,
+    /// The last programs compiled, with their headings (the REPL's `:ir` prints them).
+    last: Vec<(String, Rc<exec::Plan>)>,
 }
 
 impl Default for Jit {
@@ -240,6 +281,90 @@ fn perturbed(x: &Value) -> bool {
     }
 }
 
+/// `x` at the `grad` of `tag` (its leaves tracked there replaced by their values), with the
+/// cells of those leaves and which leaves they are, in `flatten`'s order; `None` when another
+/// level perturbs a leaf, or a leaf's value at `tag` is perturbed itself (nested levels).
+fn peel(x: &Value, tag: u32, cells: &mut Vec<Rc<Tracked>>, mask: &mut Vec<bool>) -> Option<Value> {
+    let mut all = |vs: &[Value]| vs.iter().map(|v| peel(v, tag, cells, mask)).collect::<Option<Vec<_>>>();
+    Some(match x {
+        Value::Float(_) | Value::Tensor(_) => {
+            mask.push(false);
+            x.clone()
+        }
+        Value::Tracked(t) if t.tag == tag && matches!(t.primal, Value::Float(_) | Value::Tensor(_)) => {
+            mask.push(true);
+            cells.push(t.clone());
+            t.primal.clone()
+        }
+        Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) | Value::Staged(_) => return None,
+        Value::Tuple(vs) => Value::Tuple(Rc::new(all(vs)?)),
+        Value::Record(r) => Value::Record(Rc::new(RecordVal { names: r.names.clone(), values: all(&r.values)? })),
+        Value::Cons(_) => {
+            let items: Vec<Value> = x.iter_list().cloned().collect();
+            Value::list(all(&items)?.into_iter())
+        }
+        Value::Con(c) => Value::Con(Rc::new(ConVal { tag: c.tag, name: c.name.clone(), args: all(&c.args)? })),
+        other => other.clone(),
+    })
+}
+
+/// Whether a perturbed value lies anywhere in `v` (in a closure's captures too), noting in
+/// `refs` whether a reference does (whose contents may change).
+fn holds_perturbed(v: &Value, refs: &mut bool) -> bool {
+    match v {
+        Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) => true,
+        Value::Tuple(vs) => vs.iter().any(|v| holds_perturbed(v, refs)),
+        Value::Record(r) => r.values.iter().any(|v| holds_perturbed(v, refs)),
+        Value::Cons(_) => v.iter_list().any(|v| holds_perturbed(v, refs)),
+        Value::Con(c) => c.args.iter().any(|v| holds_perturbed(v, refs)),
+        Value::Ref(r) => {
+            *refs = true;
+            r.try_borrow().is_ok_and(|x| holds_perturbed(&x, refs))
+        }
+        Value::Closure(c) => c.env.iter().any(|v| holds_perturbed(v, refs)),
+        Value::Pap(p) => p.args.iter().any(|v| holds_perturbed(v, refs)),
+        _ => false,
+    }
+}
+
+/// `y` at `level` (see `Jit::seed`), walked in the order `Trace::finish` numbers outputs in.
+fn seed_leaves(y: &Value, level: u32, trace: &mut Trace, seeds: &mut Vec<(Rc<Tracked>, Value)>) -> Value {
+    let mut all = |vs: &[Value]| vs.iter().map(|v| seed_leaves(v, level, trace, seeds)).collect::<Vec<_>>();
+    match y {
+        Value::Tracked(t) if t.tag == level => {
+            if let Value::Staged(s) = &t.primal {
+                if s.trace == trace.id {
+                    let adjoint = trace.input(crate::ad::zero_like(&s.example));
+                    seeds.push((t.clone(), adjoint));
+                }
+            }
+            t.primal.clone()
+        }
+        Value::Staged(s) => {
+            if s.trace == trace.id {
+                // An output no tracked leaf reaches: its adjoint is an input nothing reads.
+                trace.input(crate::ad::zero_like(&s.example));
+            }
+            y.clone()
+        }
+        Value::Tuple(vs) => Value::Tuple(Rc::new(all(vs))),
+        Value::Record(r) => Value::Record(Rc::new(RecordVal { names: r.names.clone(), values: all(&r.values) })),
+        Value::Nil | Value::Cons(_) => {
+            let items: Vec<Value> = y.iter_list().cloned().collect();
+            Value::list(all(&items).into_iter())
+        }
+        Value::Con(c) => Value::Con(Rc::new(ConVal { tag: c.tag, name: c.name.clone(), args: all(&c.args) })),
+        other => other.clone(),
+    }
+}
+
+fn native_note(plan: &exec::Plan) -> String {
+    match plan.native_note.as_str() {
+        "" => String::new(),
+        note => format!("; {note}"),
+    }
+}
+
 fn show_sig(sig: &[Sig]) -> String {
     let leaves: Vec<String> = sig
         .iter()
@@ -264,13 +389,14 @@ impl Jit {
             clock: 0,
             log: env_flag("DP_JIT_LOG"),
             dump: env_flag("DP_DUMP_IR"),
-            last: None,
+            last: Vec::new(),
         }
     }
 
     /// The program compiled last, as `DP_DUMP_IR` prints it (the REPL's `:ir`).
     pub fn last_ir(&self) -> Option<String> {
-        self.last.as_ref().map(|(heading, plan)| format!("{heading}\n{}", plan.prog))
+        let shown: Vec<String> = self.last.iter().map(|(heading, plan)| format!("{heading}\n{}", plan.prog)).collect();
+        (!shown.is_empty()).then(|| shown.concat())
     }
 
     /// Whether a staged function is being traced.
@@ -286,13 +412,19 @@ impl Jit {
     }
 
     /// `jit f x`: runs the program compiled for `x`'s signature when there is one.
-    pub fn call(&mut self, f: &Value, x: &Value) -> FResult<Call> {
+    /// `grad` is the running level when it is the only one and a `grad`.
+    pub fn call(&mut self, f: &Value, x: &Value, grad: Option<u32>) -> FResult<Call> {
         if self.tracing() {
             return Ok(Call::Inline);
         }
         if perturbed(x) {
-            self.note(|| "inline (the argument is differentiated or batched outside the jit)".to_string());
-            return Ok(Call::Inline);
+            return match grad.ok_or(UNSTAGED).and_then(|tag| self.vjp_site(f, x, tag)) {
+                Ok(site) => self.call_vjp(f, site),
+                Err(why) => {
+                    self.note(|| format!("inline ({why})"));
+                    Ok(Call::Inline)
+                }
+            };
         }
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
         flatten(x, &mut sig, &mut leaves)?;
@@ -313,21 +445,36 @@ impl Jit {
 
     /// Starts tracing `f` at `x`: the argument to apply `f` to, its leaves traced.
     pub fn begin(&mut self, f: &Value, x: &Value) -> FResult<Value> {
+        self.begin_with(f, x, None)
+    }
+
+    /// `begin`, with the traced leaves `vjp.site.mask` marks tracked at `vjp.level`.
+    fn begin_with(&mut self, f: &Value, x: &Value, mut vjp: Option<PendingVjp>) -> FResult<Value> {
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
         flatten(x, &mut sig, &mut leaves)?;
         let mut trace = Trace::new(self.next_trace);
         self.next_trace += 1;
-        let traced: Vec<Value> = leaves.iter().map(|l| trace.input(l.clone())).collect();
+        let mut traced: Vec<Value> = leaves.iter().map(|l| trace.input(l.clone())).collect();
+        if let Some(v) = vjp.as_mut() {
+            for (leaf, _) in traced.iter_mut().zip(&v.site.mask).filter(|(_, &tracked)| tracked) {
+                let cell = Rc::new(Tracked { tag: v.level, primal: std::mem::take(leaf), adj: RefCell::new(None) });
+                v.inner.push(cell.clone());
+                *leaf = Value::Tracked(cell);
+            }
+        }
         let arg = rebuild(x, &mut traced.into_iter());
-        self.pending = Some(Pending { trace, key: key_of(f), f: f.clone(), sig, leaves, started: Instant::now() });
+        self.pending = Some(Pending { trace, key: key_of(f), f: f.clone(), sig, leaves, started: Instant::now(), vjp });
         Ok(arg)
     }
 
     /// The traced function returned `out`: compiles the trace, keeps it and runs it on the
     /// call's own argument.
-    pub fn end(&mut self, out: &Value) -> FResult<Value> {
-        let Pending { trace, key, f, sig, leaves, started } =
+    pub fn end(&mut self, out: &Value) -> FResult<Call> {
+        let Pending { trace, key, f, sig, leaves, started, vjp } =
             self.pending.take().ok_or_else(|| Fault::internal("a staged call ended with no trace running"))?;
+        if let Some(vjp) = vjp {
+            return self.end_vjp(trace, key, f, sig, leaves, started, vjp);
+        }
         let traced = trace.finish(out)?;
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let (traced_in, optimising) = (ms(started), Instant::now());
@@ -336,48 +483,176 @@ impl Jit {
         let (optimised_in, compiling) = (ms(optimising), Instant::now());
         let plan = exec::Plan::new(prog);
         let compiled_in = ms(compiling);
-        let n = self.functions.len();
-        if !self.functions.contains_key(&key) && n >= FUNCTIONS {
-            // The function used longest ago goes.
-            if let Some(&old) = self.functions.iter().min_by_key(|(_, f)| f.used).map(|(k, _)| k) {
-                self.functions.remove(&old);
-            }
-        }
-        let next_id = self.next_function;
-        if !self.functions.contains_key(&key) {
-            self.next_function += 1;
-        }
-        let func = self.functions.entry(key).or_insert_with(|| Function {
-            _f: f,
-            id: next_id,
-            used: 0,
-            compiled: VecDeque::new(),
-        });
-        func.used = self.clock;
+        let func = self.function(key, f);
         let id = func.id;
         let heading = format!("jit #{id} {}:", show_sig(&sig));
-        if self.dump {
-            eprint!("{heading}\n{}", plan.prog);
-        }
         let result = plan.run(leaves);
         let after = plan.prog.work();
+        let elapsed = started.elapsed().as_secs_f64() * 1e3;
+        let line = format!(
+            "trace #{id} {} in {elapsed:.2} ms (traced in {traced_in:.2} ms, optimised in {optimised_in:.2} ms, compiled in {compiled_in:.2} ms{}): {before} operations, {after} after optimisation",
+            show_sig(&sig),
+            native_note(&plan)
+        );
+        let plan = Rc::new(plan);
         if func.compiled.len() >= SIGNATURES_PER_FUNCTION {
             func.compiled.pop_front();
         }
-        let elapsed = started.elapsed().as_secs_f64() * 1e3;
-        let native = match plan.native_note.as_str() {
-            "" => String::new(),
-            note => format!("; {note}"),
-        };
-        let line = format!(
-            "trace #{id} {} in {elapsed:.2} ms (traced in {traced_in:.2} ms, optimised in {optimised_in:.2} ms, compiled in {compiled_in:.2} ms{native}): {before} operations, {after} after optimisation",
-            show_sig(&sig)
-        );
-        let plan = Rc::new(plan);
-        self.last = Some((heading, plan.clone()));
-        func.compiled.push_back(Compiled { sig, plan });
+        func.compiled.push_back(Compiled { sig, plan: plan.clone() });
+        self.show(vec![(heading, plan)]);
         self.note(|| line);
-        result
+        Ok(Call::Done(result?))
+    }
+
+    /// The cache entry of the function keyed `key`, made (and another evicted) if need be.
+    fn function(&mut self, key: usize, f: Value) -> &mut Function {
+        if !self.functions.contains_key(&key) {
+            if self.functions.len() >= FUNCTIONS {
+                // The function used longest ago goes.
+                if let Some(&old) = self.functions.iter().min_by_key(|(_, f)| f.used).map(|(k, _)| k) {
+                    self.functions.remove(&old);
+                }
+            }
+            self.next_function += 1;
+        }
+        let id = self.next_function - 1;
+        let func = self.functions.entry(key).or_insert_with(|| Function {
+            _f: f,
+            id,
+            used: 0,
+            compiled: VecDeque::new(),
+            vjps: VecDeque::new(),
+            captures_plain: false,
+        });
+        func.used = self.clock;
+        func
+    }
+
+    /// Keeps the programs just compiled for `:ir`, and prints them under `DP_DUMP_IR`.
+    fn show(&mut self, programs: Vec<(String, Rc<exec::Plan>)>) {
+        if self.dump {
+            for (heading, plan) in &programs {
+                eprint!("{heading}\n{}", plan.prog);
+            }
+        }
+        self.last = programs;
+    }
+
+    /// The argument's values at the `grad` of `tag` and its cells there, when staging can
+    /// differentiate the call: that level alone perturbs the argument, each perturbed leaf
+    /// directly, and `f` captures nothing perturbed (its records would go to that level, not
+    /// into the program).
+    fn vjp_site(&mut self, f: &Value, x: &Value, tag: u32) -> Result<VjpSite, &'static str> {
+        let (mut cells, mut mask) = (Vec::new(), Vec::new());
+        let x = peel(x, tag, &mut cells, &mut mask).ok_or(UNSTAGED)?;
+        let key = key_of(f);
+        if !self.functions.get(&key).is_some_and(|func| func.captures_plain) {
+            let mut refs = false;
+            if holds_perturbed(f, &mut refs) {
+                return Err("the staged function captures a differentiated value");
+            }
+            if let (false, Some(func)) = (refs, self.functions.get_mut(&key)) {
+                func.captures_plain = true;
+            }
+        }
+        Ok(VjpSite { tag, x, cells, mask })
+    }
+
+    /// A call the outer `grad` differentiates: its compiled programs' forward run and record,
+    /// or a trace.
+    fn call_vjp(&mut self, f: &Value, site: VjpSite) -> FResult<Call> {
+        let (mut sig, mut leaves) = (Vec::new(), Vec::new());
+        flatten(&site.x, &mut sig, &mut leaves)?;
+        self.clock += 1;
+        let Some(func) = self.functions.get_mut(&key_of(f)) else { return Ok(Call::TraceVjp(site)) };
+        func.used = self.clock;
+        let Some(at) = func.vjps.iter().position(|c| c.sig == sig && c.mask == site.mask) else {
+            return Ok(Call::TraceVjp(site));
+        };
+        if let Some(c) = func.vjps.remove(at) {
+            func.vjps.push_back(c);
+        }
+        let id = func.id;
+        let Some(c) = func.vjps.back() else { return Ok(Call::TraceVjp(site)) };
+        let (y, frame) = c.vjp.call(leaves, site.cells, site.tag)?;
+        self.note(|| format!("hit #{id} {} under grad", show_sig(&sig)));
+        Ok(Call::Record { y, tag: site.tag, frame })
+    }
+
+    /// Starts tracing `f` at a call the outer `grad` differentiates: the argument to apply
+    /// `f` to, its leaves traced, and those that level tracks tracked again at `level`, a
+    /// `grad` the machine runs inside the trace (its prompt's end calls `seed`).
+    pub fn begin_vjp(&mut self, f: &Value, site: VjpSite, level: u32) -> FResult<Value> {
+        let x = site.x.clone();
+        self.begin_with(f, &x, Some(PendingVjp { site, level, inner: Vec::new(), result: None }))
+    }
+
+    /// The level of the `grad` running inside the trace of a differentiated call.
+    pub fn vjp_level(&self) -> Option<u32> {
+        self.pending.as_ref()?.vjp.as_ref().map(|v| v.level)
+    }
+
+    /// `f` returned `y` under that level: each traced leaf of `y` gets a new input of the
+    /// trace, its adjoint, which seeds the level's cell the leaf is (the pairs returned, for
+    /// the machine to add). The level's backward pass runs next, traced.
+    pub fn seed(&mut self, y: &Value) -> FResult<Vec<(Rc<Tracked>, Value)>> {
+        let p = self.pending.as_mut().ok_or_else(escaped)?;
+        let vjp = p.vjp.as_mut().ok_or_else(|| Fault::internal("seeding a staged call that no grad differentiates"))?;
+        let mut seeds = Vec::new();
+        let result = seed_leaves(y, vjp.level, &mut p.trace, &mut seeds);
+        vjp.result = Some(result);
+        Ok(seeds)
+    }
+
+    /// The traced backward pass has run: splits the program of (x, ȳ) ↦ (y, x̄) (vjp.rs),
+    /// keeps the two programs and runs the forward one on the call's argument.
+    #[allow(clippy::too_many_arguments)]
+    fn end_vjp(
+        &mut self,
+        trace: Trace,
+        key: usize,
+        f: Value,
+        sig: Vec<Sig>,
+        leaves: Vec<Value>,
+        started: Instant,
+        pending: PendingVjp,
+    ) -> FResult<Call> {
+        let PendingVjp { site, inner, result, .. } = pending;
+        let y = result.ok_or_else(|| Fault::internal("a staged call's grad ended unseeded"))?;
+        // Read off the cells (not `grad`'s result, which leaves out the leaves inside
+        // variants); `()` where nothing reaches a leaf, so that its cell is left alone rather
+        // than added a zero on every call (a weight the cell does not use).
+        let grads: Vec<Value> = inner.iter().map(|c| c.adj.borrow_mut().take().unwrap_or(Value::Unit)).collect();
+        let traced = trace.finish(&Value::Tuple(Rc::new(vec![y, Value::Tuple(Rc::new(grads))])))?;
+        let traced_in = started.elapsed().as_secs_f64() * 1e3;
+        let before = traced.work();
+        let vjp = Rc::new(vjp::split(opt::optimise(traced), leaves.len())?);
+        let func = self.function(key, f);
+        let id = func.id;
+        let called = vjp.call(leaves, site.cells, site.tag);
+        let elapsed = started.elapsed().as_secs_f64() * 1e3;
+        let (fw, bw) = (&vjp.forward, &vjp.backward);
+        let line = format!(
+            "trace #{id} {} under grad in {elapsed:.2} ms (traced in {traced_in:.2} ms{}{}): {before} operations, {} forward and {} backward after optimisation, {} residuals",
+            show_sig(&sig),
+            native_note(fw),
+            native_note(bw),
+            fw.prog.work(),
+            bw.prog.work(),
+            vjp.residuals
+        );
+        let shown = vec![
+            (format!("jit #{id} {} forward:", show_sig(&sig)), vjp.forward.clone()),
+            (format!("jit #{id} {} backward:", show_sig(&sig)), vjp.backward.clone()),
+        ];
+        if func.vjps.len() >= SIGNATURES_PER_FUNCTION {
+            func.vjps.pop_front();
+        }
+        func.vjps.push_back(CompiledVjp { sig, mask: site.mask, vjp });
+        self.show(shown);
+        self.note(|| line);
+        let (y, frame) = called?;
+        Ok(Call::Record { y, tag: site.tag, frame })
     }
 
     /// The traced call was unwound by a fault: its trace is dropped.
