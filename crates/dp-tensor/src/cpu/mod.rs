@@ -191,14 +191,13 @@ fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
     let mut out = simd::unwritten(data.len());
     let rows = data.len() / n;
     for (row, o) in data.chunks_exact(n).zip(out.spare_capacity_mut()[..rows * n].chunks_exact_mut(n)) {
-        let max = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-        // Apart from the sum: an ordered float sum does not vectorize, and in the loop it
-        // would keep the exponentials from vectorizing too.
+        let max = lanes(row, T::neg_infinity(), |a, b| a.max(b));
         for (o, &x) in o.iter_mut().zip(row) {
             o.write(T::un(crate::Un::Exp, x - max));
         }
         // SAFETY: written just above.
-        let sum = o.iter().fold(T::zero(), |a, e| a + unsafe { e.assume_init() });
+        let sum =
+            lanes(unsafe { std::slice::from_raw_parts(o.as_ptr().cast::<T>(), o.len()) }, T::zero(), |a, b| a + b);
         if log {
             let lse = sum.ln();
             for (o, &x) in o.iter_mut().zip(row) {
@@ -214,6 +213,27 @@ fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
     }
     // SAFETY: every row of the rows * n elements was written (n divides data.len()).
     unsafe { simd::written(out, rows * n) }
+}
+
+/// `xs` folded by `f` in 16 interleaved lanes, then the lanes folded together: a fold one
+/// element after another waits out each addition's latency (an ordered float fold does not
+/// vectorize), and a row of attention's scores is short. The maximum is the same either way;
+/// a sum is rounded a little differently, as every vectorized sum is.
+#[inline(always)]
+fn lanes<T: Copy>(xs: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [init; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x);
+        }
+    }
+    let mut r = rest.iter().fold(init, |a, &x| f(a, x));
+    for &a in &acc {
+        r = f(r, a);
+    }
+    r
 }
 
 simd::widened! {
