@@ -82,6 +82,12 @@ macro_rules! with_un {
     };
 }
 
+/// The work of one element, in the flops by which the thread pool decides to split a loop
+/// (`simd::in_pieces`): an arithmetic operation, and a function such as exp or tanh (its
+/// polynomial, about four times the time at the same vector width).
+const ARITHMETIC_COST: f64 = 10.0;
+const FUNCTION_COST: f64 = 40.0;
+
 /// The array of a tensor only this caller holds, when it is stored as `T`; or the tensor back.
 fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
     match Rc::try_unwrap(t) {
@@ -156,9 +162,9 @@ fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<simd::Repeat> {
 
 /// out[i] = f(x[i]) into `x` itself.
 #[inline(always)]
-fn update1<T: Copy>(x: &mut ArrayD<T>, f: impl Elem1<T>) {
+fn update1<T: Copy + Send + Sync>(x: &mut ArrayD<T>, f: impl Elem1<T> + Sync, cost_each: f64) {
     match x.as_slice_mut() {
-        Some(s) => simd::map_in_place(s, f),
+        Some(s) => simd::map_in_place_par(s, f, cost_each),
         None => x.mapv_inplace(|v| f.call(v)),
     }
 }
@@ -166,10 +172,11 @@ fn update1<T: Copy>(x: &mut ArrayD<T>, f: impl Elem1<T>) {
 /// A new array with out[i] = f(x[i]). Contiguous data goes through a plain slice loop: through
 /// ndarray's `mapv` the `vmath` loops do not vectorize (the W2 benchmark ran 1.25× slower).
 #[inline(always)]
-fn fresh1<T: Copy>(x: &ArrayD<T>, f: impl Elem1<T>) -> ArrayD<T> {
+fn fresh1<T: Copy + Send + Sync>(x: &ArrayD<T>, f: impl Elem1<T> + Sync, cost_each: f64) -> ArrayD<T> {
     match x.as_slice() {
         // The shape is x's own, so `from_shape_vec` cannot fail; `mapv` is only the formal else.
-        Some(s) => ArrayD::from_shape_vec(x.raw_dim(), simd::map_into(s, f)).unwrap_or_else(|_| x.mapv(|v| f.call(v))),
+        Some(s) => ArrayD::from_shape_vec(x.raw_dim(), simd::map_into_par(s, f, cost_each))
+            .unwrap_or_else(|_| x.mapv(|v| f.call(v))),
         None => x.mapv(|v| f.call(v)),
     }
 }
@@ -267,10 +274,10 @@ fn scalar_real<T: Real>(op: Bin, t: Rc<Tensor>, s: T, scalar_left: bool) -> TRes
         let g = |v: T| if scalar_left { f(s, v) } else { f(v, s) };
         match owned::<T>(t) {
             Ok(mut x) => {
-                update1(&mut x, By(g));
+                update1(&mut x, By(g), ARITHMETIC_COST);
                 Ok(Tensor::from_real(x))
             }
-            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, By(g)))),
+            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, By(g), ARITHMETIC_COST))),
         }
     })
 }
@@ -300,13 +307,14 @@ pub fn unary(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
 }
 
 fn unary_real<T: Real>(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
+    let cost = if matches!(op, Un::Neg | Un::Abs | Un::Relu | Un::Sqrt) { ARITHMETIC_COST } else { FUNCTION_COST };
     with_un!(op, F, {
         let x = match owned::<T>(t) {
             Ok(mut x) => {
-                update1(&mut x, F);
+                update1(&mut x, F, cost);
                 x
             }
-            Err(t) => fresh1(real::<T>(&t)?, F),
+            Err(t) => fresh1(real::<T>(&t)?, F, cost),
         };
         Ok(Tensor::from_real(x))
     })

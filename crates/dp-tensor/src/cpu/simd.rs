@@ -16,6 +16,8 @@
 //! function (the GELU's tanh) passed as a plain `Fn` stayed an outlined call per element, in
 //! a loop that then did not vectorize at all.
 
+use std::mem::MaybeUninit;
+
 /// The vector instruction sets the loops are compiled for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -169,13 +171,10 @@ fn map_in_place_body<T: Copy, F: Elem1<T>>(s: &mut [T], f: F) {
 }
 
 #[inline(always)]
-fn map_into_body<T: Copy, F: Elem1<T>>(s: &[T], f: F) -> Vec<T> {
-    let mut out = unwritten(s.len());
-    for (o, &x) in out.spare_capacity_mut().iter_mut().zip(s) {
+fn map_to_body<T: Copy, F: Elem1<T>>(s: &[T], d: &mut [MaybeUninit<T>], f: F) {
+    for (o, &x) in d.iter_mut().zip(s) {
         o.write(f.call(x));
     }
-    // SAFETY: the loop wrote s.len() elements.
-    unsafe { written(out, s.len()) }
 }
 
 #[inline(always)]
@@ -262,8 +261,8 @@ widened! {
     pub(crate) fn map_in_place[T: Copy, F: Elem1<T>](s: &mut [T], f: F) -> () => map_in_place_body
 }
 widened! {
-    /// [f(s[i])].
-    pub(crate) fn map_into[T: Copy, F: Elem1<T>](s: &[T], f: F) -> Vec<T> => map_into_body
+    /// d[i] = f(s[i]) (the shorter length).
+    fn map_to[T: Copy, F: Elem1<T>](s: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => map_to_body
 }
 widened! {
     /// d[i] = f(d[i], s[i]) (the shorter length).
@@ -280,6 +279,58 @@ widened! {
 widened! {
     /// [f(x[i], y repeated `how`)].
     pub(crate) fn repeat_into[T: Copy, F: Elem2<T>](x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> => repeat_into_body
+}
+
+/// The elements of one piece of work for a thread of the pool: large enough that claiming it
+/// (an atomic add) is nothing beside it, small enough that two threads share a 64 K-element
+/// activation evenly.
+const PIECE: usize = 8192;
+
+/// A pointer that threads may share: each writes only its own piece through it.
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: used only by `in_pieces`' callers, whose pieces are disjoint ranges of one buffer
+// that outlives the call.
+unsafe impl<T: Send> Sync for Shared<T> {}
+unsafe impl<T: Send> Send for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// # Safety
+    /// `r` lies inside the buffer, and no other live slice overlaps it.
+    unsafe fn piece<'a>(self, r: std::ops::Range<usize>) -> &'a mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
+    }
+}
+
+/// `piece(range)` for consecutive ranges covering 0..n, on the GEMM's thread pool when the
+/// work (`cost_each` per element, in the flops the pool's thresholds count: about 10 for
+/// arithmetic, 40 for a function such as tanh) is worth it. PyTorch spreads these loops over
+/// its threads too; the GELU of a Transformer's MLP is 256 K elements.
+fn in_pieces(n: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let items = n.div_ceil(PIECE);
+    if items < 2 {
+        return piece(0..n);
+    }
+    super::gemm::for_each_product(items, cost_each * PIECE as f64, &|i, _| piece(i * PIECE..((i + 1) * PIECE).min(n)));
+}
+
+/// s[i] = f(s[i]), over the threads when `s` is large (`in_pieces`).
+pub(crate) fn map_in_place_par<T: Copy + Send, F: Elem1<T> + Sync>(s: &mut [T], f: F, cost_each: f64) {
+    let (n, at) = (s.len(), Shared(s.as_mut_ptr()));
+    // SAFETY: the pieces are disjoint ranges of `s`, which is borrowed for the whole call.
+    in_pieces(n, cost_each, &|r| map_in_place(unsafe { at.piece(r) }, f));
+}
+
+/// [f(s[i])], over the threads when `s` is large (`in_pieces`).
+pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
+    let mut out = unwritten(s.len());
+    let at = Shared(out.spare_capacity_mut().as_mut_ptr());
+    // SAFETY: the pieces are disjoint ranges of the n-element spare capacity, which lives
+    // until this function returns.
+    in_pieces(s.len(), cost_each, &|r| map_to(&s[r.clone()], unsafe { at.piece(r) }, f));
+    // SAFETY: the pieces cover all s.len() elements, each written by `map_to`.
+    unsafe { written(out, s.len()) }
 }
 
 #[cfg(test)]
@@ -323,7 +374,7 @@ pub(crate) mod tests {
             let runs = at_every_level(|| {
                 let mut a = x.clone();
                 map_in_place(&mut a, By(tanh));
-                let b = map_into(&x, By(|v: f32| v.sqrt().max(0.25)));
+                let b = map_into_par(&x, By(|v: f32| v.sqrt().max(0.25)), 0.0);
                 let mut c = x.clone();
                 zip_in_place(&mut c, &y, By(|p: f32, q: f32| p / q - p * q));
                 let d = zip_into(&x, &y, By(|p: f32, q: f32| if p > q { p } else { q * 3.0 }));
@@ -334,6 +385,19 @@ pub(crate) mod tests {
             want.iter_mut().for_each(|v| *v = tanh(*v));
             assert_eq!(runs[0][0], bits(&want));
         }
+    }
+
+    #[test]
+    fn pieces_on_the_pool_cover_everything() {
+        let x = data(5 * PIECE + 123);
+        let f = By(|v: f32| crate::cpu::vmath::tanh(v) - v);
+        let want = map_into_par(&x, f, 0.0);
+        crate::cpu::gemm::with_forced_parallel(|| {
+            assert_eq!(bits(&map_into_par(&x, f, 40.0)), bits(&want));
+            let mut y = x.clone();
+            map_in_place_par(&mut y, f, 40.0);
+            assert_eq!(bits(&y), bits(&want));
+        });
     }
 
     #[test]
