@@ -125,7 +125,8 @@ impl Real for f32 {
             // Float32's own (musl's erff, under an ulp), not f64's rounded: no f64 round trip.
             Un::Erf => libm::erff(x),
             Un::Gelu | Un::GeluGrad => {
-                crate::op::gelu(x, crate::cpu::vmath::tanh(crate::op::gelu_arg(x)), op == Un::GeluGrad)
+                let s = crate::cpu::vmath::sigmoid(2.0 * crate::op::gelu_arg(x));
+                crate::op::gelu_by_sigmoid(x, s, op == Un::GeluGrad)
             }
             _ => op.eval(x),
         }

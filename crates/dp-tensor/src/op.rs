@@ -47,6 +47,20 @@ pub fn gelu<F: num_traits::Float>(x: F, t: F, grad: bool) -> F {
     half * (one + t) + half * x * (one - t * t) * k(GELU_C) * (one + k(3.0 * GELU_A) * x * x)
 }
 
+/// `gelu` from s = σ(2 `gelu_arg` x) instead of t = tanh (`gelu_arg` x): the same function,
+/// as 1 + t = 2s and 1 − t² = 4s(1 − s). The float32 tensor loops use it: a sigmoid is one
+/// exp and one division where the accurate tanh takes two of each and three polynomials
+/// (the GELU was the largest elementwise cost of a Transformer step), and 2s has no
+/// cancellation where t nears −1 (x ≪ 0), as 1 + t has.
+#[inline(always)]
+pub fn gelu_by_sigmoid<F: num_traits::Float>(x: F, s: F, grad: bool) -> F {
+    let k = |v: f64| F::from(v).unwrap_or_else(F::nan);
+    if !grad {
+        return x * s;
+    }
+    s + k(2.0) * x * s * (F::one() - s) * k(GELU_C) * (F::one() + k(3.0 * GELU_A) * x * x)
+}
+
 /// The argument of GELU's tanh, √(2/π) (x + 0.044715 x³).
 #[inline(always)]
 pub fn gelu_arg<F: num_traits::Float>(x: F) -> F {

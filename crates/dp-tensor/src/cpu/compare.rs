@@ -48,12 +48,7 @@ pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResul
             }
         }
         let (cs, xs, ys) = (spread(cs, p), spread(xs, p), spread(ys, p));
-        let mut out = Vec::with_capacity(n);
-        for start in (0..n).step_by(p) {
-            let block = |len: usize| start % len..start % len + p;
-            let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
-            out.extend(c.iter().zip(x).zip(y).map(|((&c, &x), &y)| if c { x } else { y }));
-        }
+        let out = select_blocks(&cs, &xs, &ys, n, p);
         return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
     }
     let cb = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
@@ -64,6 +59,26 @@ pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResul
 
 /// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
 /// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`.
+/// `select`'s flat loop: n elements in blocks of p, each operand's blocks repeating.
+#[inline(always)]
+fn select_blocks_body<T: Copy>(cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usize) -> Vec<T> {
+    let mut out = super::simd::unwritten(n);
+    for (start, out) in (0..n).step_by(p).zip(out.spare_capacity_mut()[..n].chunks_exact_mut(p)) {
+        let block = |len: usize| start % len..start % len + p;
+        let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
+        for (((o, &c), &x), &y) in out.iter_mut().zip(c).zip(x).zip(y) {
+            o.write(if c { x } else { y });
+        }
+    }
+    // SAFETY: p divides n (every operand's block length is a product of trailing axes of the
+    // n-element shape), so the blocks cover all n elements.
+    unsafe { super::simd::written(out, n) }
+}
+
+super::simd::widened! {
+    fn select_blocks[T: Copy](cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usize) -> Vec<T> => select_blocks_body
+}
+
 fn repeated<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<&'a [T]> {
     let own: Vec<usize> = a.shape().iter().copied().skip_while(|&d| d == 1).collect();
     let data = a.as_slice()?;

@@ -12,6 +12,7 @@
 //! and dtypes promote as JAX's do (`DType::promote`). GPU operands never reach these functions
 //! (`ops::binary` and `Tensor::unary` route them to the GPU's kernels).
 
+use super::simd::{self, By, Elem1, Elem2, Swapped};
 use crate::op::{Bin, Un};
 use crate::{broadcast_shape, DType, Real, Storage, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, IxDyn, Zip};
@@ -55,8 +56,8 @@ macro_rules! with_bin {
     };
 }
 
-/// Evaluates `$body` with `$f` a function item computing `$op` on any real dtype (`Real::un`),
-/// once per operation.
+/// Evaluates `$body` with `$f` the name of a unit type whose `Elem1::call` computes `$op` on
+/// any real dtype (`Real::un`), once per operation.
 macro_rules! with_un {
     ($op:expr, $f:ident, $body:expr) => {
         with_un!(@arms $op, $f, $body; Neg Sin Cos Tan Exp Log Sqrt Tanh Sigmoid Relu Abs Erf Gelu GeluGrad)
@@ -64,18 +65,28 @@ macro_rules! with_un {
     (@arms $op:expr, $f:ident, $body:expr; $($v:ident)*) => {
         match $op {
             $(Un::$v => {
-                // A function item, called directly in the loops of `unary_real`: a closure over
-                // `un` (whose tanh is large) stayed an outlined call per element there, so the
-                // `vmath` loops did not vectorize.
-                #[inline(always)]
-                fn $f<R: Real>(x: R) -> R {
-                    R::un(Un::$v, x)
+                // A type whose `call` is `#[inline(always)]`, not a closure over `un` or a
+                // function item passed as `Fn`: those stayed an outlined call per element
+                // (`un`'s tanh is large), so the loops did not vectorize.
+                #[derive(Clone, Copy)]
+                struct $f;
+                impl<R: Real> Elem1<R> for $f {
+                    #[inline(always)]
+                    fn call(self, x: R) -> R {
+                        R::un(Un::$v, x)
+                    }
                 }
                 $body
             })*
         }
     };
 }
+
+/// The work of one element, in the flops by which the thread pool decides to split a loop
+/// (`simd::in_pieces`): an arithmetic operation, and a function such as exp or tanh (its
+/// polynomial, about four times the time at the same vector width).
+const ARITHMETIC_COST: f64 = 10.0;
+const FUNCTION_COST: f64 = 40.0;
 
 /// The array of a tensor only this caller holds, when it is stored as `T`; or the tensor back.
 fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
@@ -94,83 +105,79 @@ fn real<T: Real>(t: &Tensor) -> TResult<&ArrayD<T>> {
 
 /// dst[i] = g(dst[i], src[i]), with `src` broadcast to `dst`'s shape.
 #[inline(always)]
-fn update<T: Copy>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Fn(T, T) -> T) {
-    if dst.shape() == src.shape() {
-        if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
-            d.iter_mut().zip(s).for_each(|(p, &q)| *p = g(*p, q));
-            return;
+fn update<T: Copy>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Elem2<T>) {
+    let how = repeat_of(src, dst.shape());
+    if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
+        if d.len() == s.len() && how.is_some() {
+            return simd::zip_in_place(d, s, g);
+        }
+        if let Some(how) = how {
+            return simd::repeat_in_place(d, s, how, g);
         }
     }
-    dst.zip_mut_with(src, |p, &q| *p = g(*p, q));
+    dst.zip_mut_with(src, |p, &q| *p = g.call(*p, q));
 }
 
 /// A new array of `shape` with out[i] = f(x[i], y[i]), both broadcast to `shape`.
 #[inline(always)]
-fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Fn(T, T) -> T) -> TResult<ArrayD<T>> {
-    if x.shape() == y.shape() {
-        if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
-            let out = a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect();
-            return Ok(ArrayD::from_shape_vec(x.raw_dim(), out).map_err(|e| e.to_string())?);
+fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Elem2<T>) -> TResult<ArrayD<T>> {
+    if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
+        let out = if x.shape() == y.shape() {
+            Some(simd::zip_into(a, b, f))
+        } else if x.shape() == shape {
+            repeat_of(y, shape).map(|how| simd::repeat_into(a, b, how, f))
+        } else if y.shape() == shape {
+            repeat_of(x, shape).map(|how| simd::repeat_into(b, a, how, Swapped(f)))
+        } else {
+            None
+        };
+        if let Some(out) = out {
+            return Ok(ArrayD::from_shape_vec(IxDyn(shape), out).map_err(|e| e.to_string())?);
         }
-    }
-    if let Some(out) = by_blocks(x, y, shape, &f).or_else(|| by_blocks(y, x, shape, &|q, p| f(p, q))) {
-        return Ok(ArrayD::from_shape_vec(IxDyn(shape), out).map_err(|e| e.to_string())?);
     }
     let xb = x.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     let yb = y.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
-    Ok(Zip::from(&xb).and(&yb).map_collect(|&p, &q| f(p, q)))
+    Ok(Zip::from(&xb).and(&yb).map_collect(|&p, &q| f.call(p, q)))
 }
 
-/// f(x, y) for a row-major `x` of the result's shape and a row-major `y` broadcast along
-/// leading axes (a bias: its shape a suffix of the result's, repeated block by block) or
-/// trailing ones (a per-row statistic such as layer norm's mean, [n, 1]: each element
-/// spread over a block), as flat loops; None for any other broadcast. These are the
-/// broadcasts of a model's layers, which ndarray's general iteration ran element by element.
-#[inline(always)]
-fn by_blocks<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: &impl Fn(T, T) -> T) -> Option<Vec<T>> {
-    let (xs, ys) = (x.as_slice()?, y.as_slice()?);
-    if x.shape() != shape || ys.is_empty() || xs.len() % ys.len() != 0 {
+/// How a row-major `y` broadcast to `shape` repeats as flat blocks: along leading axes (a
+/// bias: its shape a suffix of the result's, repeated block by block) or trailing ones (a
+/// per-row statistic such as layer norm's mean, [n, 1]: each element spread over a block);
+/// None for any other broadcast, or when `y` is not row-major. These are the broadcasts of a
+/// model's layers, which ndarray's general iteration ran element by element.
+fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<simd::Repeat> {
+    let n: usize = shape.iter().product();
+    if !y.is_standard_layout() || y.is_empty() || n % y.len() != 0 {
         return None;
     }
     let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();
-    let mut out = Vec::with_capacity(xs.len());
     if shape.ends_with(&own) {
-        for block in xs.chunks_exact(ys.len()) {
-            out.extend(block.iter().zip(ys).map(|(&p, &q)| f(p, q)));
-        }
-        return Some(out);
+        return Some(simd::Repeat::Cycle);
     }
     let lead = y.shape().iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
     let pad = shape.len().checked_sub(y.ndim())?;
-    if shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1) {
-        let each = xs.len() / ys.len();
-        for (block, &q) in xs.chunks_exact(each).zip(ys) {
-            out.extend(block.iter().map(|&p| f(p, q)));
-        }
-        return Some(out);
-    }
-    None
+    (shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1))
+        .then_some(simd::Repeat::Spread)
 }
 
 /// out[i] = f(x[i]) into `x` itself.
 #[inline(always)]
-fn update1<T: Copy>(x: &mut ArrayD<T>, f: impl Fn(T) -> T) {
+fn update1<T: Copy + Send + Sync>(x: &mut ArrayD<T>, f: impl Elem1<T> + Sync, cost_each: f64) {
     match x.as_slice_mut() {
-        Some(s) => s.iter_mut().for_each(|v| *v = f(*v)),
-        None => x.mapv_inplace(f),
+        Some(s) => simd::map_in_place_par(s, f, cost_each),
+        None => x.mapv_inplace(|v| f.call(v)),
     }
 }
 
 /// A new array with out[i] = f(x[i]). Contiguous data goes through a plain slice loop: through
 /// ndarray's `mapv` the `vmath` loops do not vectorize (the W2 benchmark ran 1.25× slower).
 #[inline(always)]
-fn fresh1<T: Copy>(x: &ArrayD<T>, f: impl Fn(T) -> T) -> ArrayD<T> {
+fn fresh1<T: Copy + Send + Sync>(x: &ArrayD<T>, f: impl Elem1<T> + Sync, cost_each: f64) -> ArrayD<T> {
     match x.as_slice() {
         // The shape is x's own, so `from_shape_vec` cannot fail; `mapv` is only the formal else.
-        Some(s) => {
-            ArrayD::from_shape_vec(x.raw_dim(), s.iter().map(|&v| f(v)).collect()).unwrap_or_else(|_| x.mapv(&f))
-        }
-        None => x.mapv(f),
+        Some(s) => ArrayD::from_shape_vec(x.raw_dim(), simd::map_into_par(s, f, cost_each))
+            .unwrap_or_else(|_| x.mapv(|v| f.call(v))),
+        None => x.mapv(|v| f.call(v)),
     }
 }
 
@@ -203,7 +210,7 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         let a = if a.shape() == shape.as_slice() {
             match owned::<T>(a) {
                 Ok(mut x) => {
-                    update(&mut x, real::<T>(&b)?, f);
+                    update(&mut x, real::<T>(&b)?, By(f));
                     return Ok(Tensor::from_real(x));
                 }
                 Err(a) => a,
@@ -214,7 +221,7 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         let b = if b.shape() == shape.as_slice() {
             match owned::<T>(b) {
                 Ok(mut y) => {
-                    update(&mut y, real::<T>(&a)?, |q, p| f(p, q));
+                    update(&mut y, real::<T>(&a)?, Swapped(By(f)));
                     return Ok(Tensor::from_real(y));
                 }
                 Err(b) => b,
@@ -222,7 +229,7 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         } else {
             b
         };
-        fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, f).map(Tensor::from_real)
+        fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, By(f)).map(Tensor::from_real)
     })
 }
 
@@ -234,18 +241,18 @@ fn binary_int(op: Bin, a: &Tensor, b: &Tensor) -> TResult<Tensor> {
     };
     let shape = broadcast_shape(x.shape(), y.shape())?;
     let out = match op {
-        Bin::Add => fresh(x, y, &shape, i64::wrapping_add)?,
-        Bin::Sub => fresh(x, y, &shape, i64::wrapping_sub)?,
-        Bin::Mul => fresh(x, y, &shape, i64::wrapping_mul)?,
+        Bin::Add => fresh(x, y, &shape, By(i64::wrapping_add))?,
+        Bin::Sub => fresh(x, y, &shape, By(i64::wrapping_sub))?,
+        Bin::Mul => fresh(x, y, &shape, By(i64::wrapping_mul))?,
         Bin::Pow => {
             if y.iter().any(|&e| e < 0) {
                 return Err(TensorError::new(
                     "`**`: an int64 tensor to a negative power (convert with `astype \"float32\"` first)",
                 ));
             }
-            fresh(x, y, &shape, |p, e| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX)))?
+            fresh(x, y, &shape, By(|p: i64, e: i64| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX))))?
         }
-        Bin::Mask => fresh(x, y, &shape, |x, m| if m > 0 { x } else { 0 })?,
+        Bin::Mask => fresh(x, y, &shape, By(|x: i64, m: i64| if m > 0 { x } else { 0 }))?,
         Bin::Div => return Err(TensorError::internal("int64 division reached the integer kernel")),
     };
     Ok(Tensor { storage: Storage::I64(out) })
@@ -267,10 +274,10 @@ fn scalar_real<T: Real>(op: Bin, t: Rc<Tensor>, s: T, scalar_left: bool) -> TRes
         let g = |v: T| if scalar_left { f(s, v) } else { f(v, s) };
         match owned::<T>(t) {
             Ok(mut x) => {
-                update1(&mut x, g);
+                update1(&mut x, By(g), ARITHMETIC_COST);
                 Ok(Tensor::from_real(x))
             }
-            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, g))),
+            Err(t) => Ok(Tensor::from_real(fresh1(real::<T>(&t)?, By(g), ARITHMETIC_COST))),
         }
     })
 }
@@ -300,21 +307,15 @@ pub fn unary(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
 }
 
 fn unary_real<T: Real>(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
-    // Plain loops with `f` called by name (not `update1`/`fresh1`, which take a closure):
-    // only a direct call inlines the function item, and only an inlined one vectorizes.
-    with_un!(op, f, {
-        let mut x = match owned::<T>(t) {
-            Ok(x) => x,
-            Err(t) => real::<T>(&t)?.as_standard_layout().into_owned(),
-        };
-        match x.as_slice_mut() {
-            Some(s) => {
-                for v in s {
-                    *v = f(*v);
-                }
+    let cost = if matches!(op, Un::Neg | Un::Abs | Un::Relu | Un::Sqrt) { ARITHMETIC_COST } else { FUNCTION_COST };
+    with_un!(op, F, {
+        let x = match owned::<T>(t) {
+            Ok(mut x) => {
+                update1(&mut x, F, cost);
+                x
             }
-            None => x.mapv_inplace(|v| f(v)),
-        }
+            Err(t) => fresh1(real::<T>(&t)?, F, cost),
+        };
         Ok(Tensor::from_real(x))
     })
 }

@@ -1485,6 +1485,15 @@ fn force_parallel() -> bool {
     tests::FORCE_PARALLEL.with(std::cell::Cell::get)
 }
 
+/// `f` with every split of this thread's work through the pool, however small.
+#[cfg(test)]
+pub(crate) fn with_forced_parallel<R>(f: impl FnOnce() -> R) -> R {
+    tests::FORCE_PARALLEL.with(|c| c.set(true));
+    let r = f();
+    tests::FORCE_PARALLEL.with(|c| c.set(false));
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod elementwise;
 pub mod gather;
 pub mod gemm;
 pub mod layout;
+pub(crate) mod simd;
 pub mod vmath;
 
 use crate::op::Conv;
@@ -185,25 +186,58 @@ impl<T: Real> Backend for ArrayD<T> {
 /// their exponentials, the broadcast sums, the quotient), and attention's scores are the
 /// largest tensors of a Transformer step. The same arithmetic: exp (x − max), then divided by
 /// the row's sum, or x − max − ln (sum).
-fn softmax_rows<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
-    let mut out = Vec::with_capacity(data.len());
-    for row in data.chunks_exact(n) {
-        let max = row.iter().fold(T::neg_infinity(), |a, &b| a.max(b));
-        let start = out.len();
-        out.extend(row.iter().map(|&x| T::un(crate::Un::Exp, x - max)));
-        let sum = out[start..].iter().fold(T::zero(), |a, &b| a + b);
+#[inline(always)]
+fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
+    let mut out = simd::unwritten(data.len());
+    let rows = data.len() / n;
+    for (row, o) in data.chunks_exact(n).zip(out.spare_capacity_mut()[..rows * n].chunks_exact_mut(n)) {
+        let max = lanes(row, T::neg_infinity(), |a, b| a.max(b));
+        for (o, &x) in o.iter_mut().zip(row) {
+            o.write(T::un(crate::Un::Exp, x - max));
+        }
+        // SAFETY: written just above.
+        let sum =
+            lanes(unsafe { std::slice::from_raw_parts(o.as_ptr().cast::<T>(), o.len()) }, T::zero(), |a, b| a + b);
         if log {
             let lse = sum.ln();
-            for (o, &x) in out[start..].iter_mut().zip(row) {
-                *o = x - max - lse;
+            for (o, &x) in o.iter_mut().zip(row) {
+                o.write(x - max - lse);
             }
         } else {
-            for o in &mut out[start..] {
-                *o = *o / sum;
+            for o in o.iter_mut() {
+                // SAFETY: written by the loop above.
+                let e = unsafe { o.assume_init() };
+                o.write(e / sum);
             }
         }
     }
-    out
+    // SAFETY: every row of the rows * n elements was written (n divides data.len()).
+    unsafe { simd::written(out, rows * n) }
+}
+
+/// `xs` folded by `f` in 16 interleaved lanes, then the lanes folded together: a fold one
+/// element after another waits out each addition's latency (an ordered float fold does not
+/// vectorize), and a row of attention's scores is short. The maximum is the same either way;
+/// a sum is rounded a little differently, as every vectorized sum is.
+#[inline(always)]
+fn lanes<T: Copy>(xs: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [init; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x);
+        }
+    }
+    let mut r = rest.iter().fold(init, |a, &x| f(a, x));
+    for &a in &acc {
+        r = f(r, a);
+    }
+    r
+}
+
+simd::widened! {
+    fn softmax_rows[T: Real](data: &[T], n: usize, log: bool) -> Vec<T> => softmax_rows_body
 }
 
 /// The output buffer of a batched product, written by several threads at once: each product

@@ -1,0 +1,422 @@
+//! The elementwise loops of the CPU backend, compiled once more for each wider vector
+//! instruction set and chosen at run time by what the CPU has.
+//!
+//! dp is built for baseline x86-64, whose vectors hold four float32s; the loops of
+//! `elementwise`, the softmax and `where` are written so that they vectorize, and on a CPU
+//! with AVX2 or AVX-512 the same loops, compiled with those features enabled, do two or four
+//! times as many elements per instruction (GELU's tanh alone was a sixth of a Transformer
+//! training step at SSE width). Rust does not contract `a * b + c` into a fused multiply-add,
+//! so every width computes the same IEEE operations in the same order: the results are
+//! bit-identical whichever copy runs (the tests below compare them).
+//!
+//! Each kernel is an `#[inline(always)]` generic body; `widened!` wraps it in a dispatcher
+//! with one `#[target_feature]` copy per instruction set, into which the body (and the
+//! element function it is given) is inlined, and so compiled for that set. The element
+//! functions come as `Elem1`/`Elem2` values, whose `call` is `#[inline(always)]`: a large
+//! function (the GELU's tanh) passed as a plain `Fn` stayed an outlined call per element, in
+//! a loop that then did not vectorize at all.
+
+use std::mem::MaybeUninit;
+
+/// The vector instruction sets the loops are compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) enum Level {
+    Base,
+    Avx2,
+    Avx512,
+}
+
+/// The widest set the CPU has (std caches the detection, so this is a few loads).
+#[inline]
+pub(crate) fn level() -> Level {
+    #[cfg(test)]
+    if let Some(forced) = tests::FORCED.with(|f| f.get()) {
+        return forced.min_with(detected());
+    }
+    detected()
+}
+
+#[inline]
+fn detected() -> Level {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
+        {
+            return Level::Avx512;
+        }
+        if is_x86_feature_detected!("avx2") {
+            return Level::Avx2;
+        }
+    }
+    Level::Base
+}
+
+impl Level {
+    #[cfg(test)]
+    fn min_with(self, other: Level) -> Level {
+        let rank = |l: Level| match l {
+            Level::Base => 0,
+            Level::Avx2 => 1,
+            Level::Avx512 => 2,
+        };
+        if rank(self) <= rank(other) {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+/// `vis fn name[generics](args) -> ret => body`: `name` runs `body` compiled for the widest
+/// instruction set the CPU has.
+macro_rules! widened {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident [$($gen:tt)*] ($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $body:path) => {
+        $(#[$doc])*
+        #[inline]
+        $vis fn $name<$($gen)*>($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+                unsafe fn avx512<$($gen)*>($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2<$($gen)*>($($arg: $ty),*) -> $ret {
+                    $body($($arg),*)
+                }
+                match $crate::cpu::simd::level() {
+                    // SAFETY: `level` names only a set the CPU has.
+                    $crate::cpu::simd::Level::Avx512 => return unsafe { avx512($($arg),*) },
+                    $crate::cpu::simd::Level::Avx2 => return unsafe { avx2($($arg),*) },
+                    $crate::cpu::simd::Level::Base => {}
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+pub(crate) use widened;
+
+/// A function of one element, inlined into the loops (see the module's comment).
+pub(crate) trait Elem1<T>: Copy {
+    fn call(self, x: T) -> T;
+}
+
+/// A function of two elements, inlined into the loops.
+pub(crate) trait Elem2<T>: Copy {
+    fn call(self, x: T, y: T) -> T;
+}
+
+/// A closure as an element function (small closures inline by themselves; `call` only
+/// forwards).
+#[derive(Clone, Copy)]
+pub(crate) struct By<F>(pub F);
+
+impl<T, F: Fn(T) -> T + Copy> Elem1<T> for By<F> {
+    #[inline(always)]
+    fn call(self, x: T) -> T {
+        (self.0)(x)
+    }
+}
+
+impl<T, F: Fn(T, T) -> T + Copy> Elem2<T> for By<F> {
+    #[inline(always)]
+    fn call(self, x: T, y: T) -> T {
+        (self.0)(x, y)
+    }
+}
+
+/// An element function with its operands swapped.
+#[derive(Clone, Copy)]
+pub(crate) struct Swapped<F>(pub F);
+
+impl<T, F: Elem2<T>> Elem2<T> for Swapped<F> {
+    #[inline(always)]
+    fn call(self, x: T, y: T) -> T {
+        self.0.call(y, x)
+    }
+}
+
+/// A vector with room for `n` elements, to be written through `spare_capacity_mut` and then
+/// given its length by `written`: these results are written once, so zeroing them first would
+/// be a third of the memory traffic of a binary operation. (Not a helper taking the writing
+/// loop as a closure: a closure that large stays an outlined call, compiled without the
+/// caller's vector features.)
+#[inline(always)]
+pub(crate) fn unwritten<T>(n: usize) -> Vec<T> {
+    Vec::with_capacity(n)
+}
+
+/// `out` with its first `n` elements, which the caller has written.
+///
+/// # Safety
+/// `out.spare_capacity_mut()[..n]` must have been initialised.
+#[inline(always)]
+pub(crate) unsafe fn written<T>(mut out: Vec<T>, n: usize) -> Vec<T> {
+    debug_assert!(n <= out.capacity());
+    // SAFETY: the caller's contract.
+    unsafe { out.set_len(n) };
+    out
+}
+
+#[inline(always)]
+fn map_in_place_body<T: Copy, F: Elem1<T>>(s: &mut [T], f: F) {
+    for v in s {
+        *v = f.call(*v);
+    }
+}
+
+#[inline(always)]
+fn map_to_body<T: Copy, F: Elem1<T>>(s: &[T], d: &mut [MaybeUninit<T>], f: F) {
+    for (o, &x) in d.iter_mut().zip(s) {
+        o.write(f.call(x));
+    }
+}
+
+#[inline(always)]
+fn zip_in_place_body<T: Copy, F: Elem2<T>>(d: &mut [T], s: &[T], f: F) {
+    for (p, &q) in d.iter_mut().zip(s) {
+        *p = f.call(*p, q);
+    }
+}
+
+#[inline(always)]
+fn zip_into_body<T: Copy, F: Elem2<T>>(a: &[T], b: &[T], f: F) -> Vec<T> {
+    let n = a.len().min(b.len());
+    let mut out = unwritten(n);
+    for ((o, &p), &q) in out.spare_capacity_mut().iter_mut().zip(a).zip(b) {
+        o.write(f.call(p, q));
+    }
+    // SAFETY: the loop wrote n elements.
+    unsafe { written(out, n) }
+}
+
+/// How a shorter operand `y` repeats over a longer `x` (`len(y)` divides `len(x)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// y whole, again and again: x[i] pairs with y[i mod len(y)] (a bias over a batch).
+    Cycle,
+    /// each y[j] over a run of len(x) / len(y) elements: x[i] pairs with y[i / run] (a
+    /// per-row statistic).
+    Spread,
+}
+
+#[inline(always)]
+fn repeat_in_place_body<T: Copy, F: Elem2<T>>(d: &mut [T], y: &[T], how: Repeat, f: F) {
+    if y.is_empty() {
+        return;
+    }
+    match how {
+        Repeat::Cycle => {
+            for block in d.chunks_exact_mut(y.len()) {
+                for (p, &q) in block.iter_mut().zip(y) {
+                    *p = f.call(*p, q);
+                }
+            }
+        }
+        Repeat::Spread => {
+            for (block, &q) in d.chunks_exact_mut(d.len() / y.len()).zip(y) {
+                for p in block {
+                    *p = f.call(*p, q);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn repeat_into_body<T: Copy, F: Elem2<T>>(x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> {
+    if y.is_empty() || x.len() % y.len() != 0 {
+        return Vec::new();
+    }
+    let mut out = unwritten(x.len());
+    let dst = &mut out.spare_capacity_mut()[..x.len()];
+    match how {
+        Repeat::Cycle => {
+            for (o, p) in dst.chunks_exact_mut(y.len()).zip(x.chunks_exact(y.len())) {
+                for ((o, &p), &q) in o.iter_mut().zip(p).zip(y) {
+                    o.write(f.call(p, q));
+                }
+            }
+        }
+        Repeat::Spread => {
+            let run = x.len() / y.len();
+            for ((o, p), &q) in dst.chunks_exact_mut(run).zip(x.chunks_exact(run)).zip(y) {
+                for (o, &p) in o.iter_mut().zip(p) {
+                    o.write(f.call(p, q));
+                }
+            }
+        }
+    }
+    // SAFETY: len(y) divides len(x), so the blocks cover all x.len() elements.
+    unsafe { written(out, x.len()) }
+}
+
+widened! {
+    /// s[i] = f(s[i]).
+    pub(crate) fn map_in_place[T: Copy, F: Elem1<T>](s: &mut [T], f: F) -> () => map_in_place_body
+}
+widened! {
+    /// d[i] = f(s[i]) (the shorter length).
+    fn map_to[T: Copy, F: Elem1<T>](s: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => map_to_body
+}
+widened! {
+    /// d[i] = f(d[i], s[i]) (the shorter length).
+    pub(crate) fn zip_in_place[T: Copy, F: Elem2<T>](d: &mut [T], s: &[T], f: F) -> () => zip_in_place_body
+}
+widened! {
+    /// [f(a[i], b[i])] (the shorter length).
+    pub(crate) fn zip_into[T: Copy, F: Elem2<T>](a: &[T], b: &[T], f: F) -> Vec<T> => zip_into_body
+}
+widened! {
+    /// d[i] = f(d[i], y repeated `how`).
+    pub(crate) fn repeat_in_place[T: Copy, F: Elem2<T>](d: &mut [T], y: &[T], how: Repeat, f: F) -> () => repeat_in_place_body
+}
+widened! {
+    /// [f(x[i], y repeated `how`)].
+    pub(crate) fn repeat_into[T: Copy, F: Elem2<T>](x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> => repeat_into_body
+}
+
+/// The elements of one piece of work for a thread of the pool: large enough that claiming it
+/// (an atomic add) is nothing beside it, small enough that two threads share a 64 K-element
+/// activation evenly.
+const PIECE: usize = 8192;
+
+/// A pointer that threads may share: each writes only its own piece through it.
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: used only by `in_pieces`' callers, whose pieces are disjoint ranges of one buffer
+// that outlives the call.
+unsafe impl<T: Send> Sync for Shared<T> {}
+unsafe impl<T: Send> Send for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// # Safety
+    /// `r` lies inside the buffer, and no other live slice overlaps it.
+    unsafe fn piece<'a>(self, r: std::ops::Range<usize>) -> &'a mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
+    }
+}
+
+/// `piece(range)` for consecutive ranges covering 0..n, on the GEMM's thread pool when the
+/// work (`cost_each` per element, in the flops the pool's thresholds count: about 10 for
+/// arithmetic, 40 for a function such as tanh) is worth it. PyTorch spreads these loops over
+/// its threads too; the GELU of a Transformer's MLP is 256 K elements.
+fn in_pieces(n: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let items = n.div_ceil(PIECE);
+    if items < 2 {
+        return piece(0..n);
+    }
+    super::gemm::for_each_product(items, cost_each * PIECE as f64, &|i, _| piece(i * PIECE..((i + 1) * PIECE).min(n)));
+}
+
+/// s[i] = f(s[i]), over the threads when `s` is large (`in_pieces`).
+pub(crate) fn map_in_place_par<T: Copy + Send, F: Elem1<T> + Sync>(s: &mut [T], f: F, cost_each: f64) {
+    let (n, at) = (s.len(), Shared(s.as_mut_ptr()));
+    // SAFETY: the pieces are disjoint ranges of `s`, which is borrowed for the whole call.
+    in_pieces(n, cost_each, &|r| map_in_place(unsafe { at.piece(r) }, f));
+}
+
+/// [f(s[i])], over the threads when `s` is large (`in_pieces`).
+pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
+    let mut out = unwritten(s.len());
+    let at = Shared(out.spare_capacity_mut().as_mut_ptr());
+    // SAFETY: the pieces are disjoint ranges of the n-element spare capacity, which lives
+    // until this function returns.
+    in_pieces(s.len(), cost_each, &|r| map_to(&s[r.clone()], unsafe { at.piece(r) }, f));
+    // SAFETY: the pieces cover all s.len() elements, each written by `map_to`.
+    unsafe { written(out, s.len()) }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// A lower set for this thread's loops than the CPU's best (never a higher one).
+        pub(crate) static FORCED: Cell<Option<Level>> = const { Cell::new(None) };
+    }
+
+    /// `f`'s result at every set the CPU has, the baseline first.
+    pub(crate) fn at_every_level<R>(f: impl Fn() -> R) -> Vec<R> {
+        [Level::Base, Level::Avx2, Level::Avx512]
+            .into_iter()
+            .map(|l| {
+                FORCED.with(|c| c.set(Some(l)));
+                let r = f();
+                FORCED.with(|c| c.set(None));
+                r
+            })
+            .collect()
+    }
+
+    fn data(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919) % 1000) as f32 / 97.0 - 5.0).collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn every_width_gives_the_same_bits() {
+        // Lengths that leave remainders at every vector width.
+        for n in [1, 15, 64, 1000, 4099] {
+            let x = data(n);
+            let y: Vec<f32> = data(n + 3)[3..].to_vec();
+            let tanh = |v: f32| crate::cpu::vmath::tanh(v) * 0.5 + crate::cpu::vmath::exp(-v * v);
+            let runs = at_every_level(|| {
+                let mut a = x.clone();
+                map_in_place(&mut a, By(tanh));
+                let b = map_into_par(&x, By(|v: f32| v.sqrt().max(0.25)), 0.0);
+                let mut c = x.clone();
+                zip_in_place(&mut c, &y, By(|p: f32, q: f32| p / q - p * q));
+                let d = zip_into(&x, &y, By(|p: f32, q: f32| if p > q { p } else { q * 3.0 }));
+                [bits(&a), bits(&b), bits(&c), bits(&d)]
+            });
+            assert!(runs.windows(2).all(|w| w[0] == w[1]), "n = {n}");
+            let mut want = x.clone();
+            want.iter_mut().for_each(|v| *v = tanh(*v));
+            assert_eq!(runs[0][0], bits(&want));
+        }
+    }
+
+    #[test]
+    fn pieces_on_the_pool_cover_everything() {
+        let x = data(5 * PIECE + 123);
+        let f = By(|v: f32| crate::cpu::vmath::tanh(v) - v);
+        let want = map_into_par(&x, f, 0.0);
+        crate::cpu::gemm::with_forced_parallel(|| {
+            assert_eq!(bits(&map_into_par(&x, f, 40.0)), bits(&want));
+            let mut y = x.clone();
+            map_in_place_par(&mut y, f, 40.0);
+            assert_eq!(bits(&y), bits(&want));
+        });
+    }
+
+    #[test]
+    fn repeats_pair_the_right_elements() {
+        let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let y = [100.0, 200.0, 300.0];
+        let cycled = repeat_into(&x, &y, Repeat::Cycle, By(|p: f32, q: f32| p + q));
+        assert_eq!(cycled[..4], [100.0, 201.0, 302.0, 103.0]);
+        let spread = repeat_into(&x, &y, Repeat::Spread, By(|p: f32, q: f32| p + q));
+        assert_eq!(spread[..5], [100.0, 101.0, 102.0, 103.0, 204.0]);
+        let mut d = x.clone();
+        repeat_in_place(&mut d, &y, Repeat::Cycle, By(|p: f32, q: f32| p + q));
+        assert_eq!(d, cycled);
+        let mut d = x.clone();
+        repeat_in_place(&mut d, &y, Repeat::Spread, By(|p: f32, q: f32| p + q));
+        assert_eq!(d, spread);
+        let runs = at_every_level(|| {
+            bits(&repeat_into(&data(4096), &data(64), Repeat::Cycle, By(|p: f32, q: f32| p * q - q)))
+        });
+        assert!(runs.windows(2).all(|w| w[0] == w[1]));
+    }
+}
