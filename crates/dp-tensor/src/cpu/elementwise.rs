@@ -147,7 +147,7 @@ fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Elem2<T
 /// model's layers, which ndarray's general iteration ran element by element.
 fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<simd::Repeat> {
     let n: usize = shape.iter().product();
-    if !y.is_standard_layout() || y.is_empty() || n % y.len() != 0 {
+    if !y.is_standard_layout() || y.is_empty() || !n.is_multiple_of(y.len()) {
         return None;
     }
     let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();

@@ -230,7 +230,7 @@ fn repeat_in_place_body<T: Copy, F: Elem2<T>>(d: &mut [T], y: &[T], how: Repeat,
 
 #[inline(always)]
 fn repeat_into_body<T: Copy, F: Elem2<T>>(x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> {
-    if y.is_empty() || x.len() % y.len() != 0 {
+    if y.is_empty() || !x.len().is_multiple_of(y.len()) {
         return Vec::new();
     }
     let mut out = unwritten(x.len());
