@@ -306,23 +306,30 @@ fn gemm_with(
         c: MatMut { ptr: c.as_mut_ptr(), rs: crs, cs: ccs },
     };
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && unit(n, p.c.cs) && m.saturating_mul(n).saturating_mul(k) <= SMALL_MAX_MNK {
+    if isa >= Isa::Avx2 && unit(n, p.c.cs) && m.saturating_mul(n).saturating_mul(k) <= SMALL_MAX_MNK {
         if unit(n, p.b.cs) {
-            return small(p, threads);
+            return small(isa, p, threads);
         }
         // A transposed (or strided) B is copied to row-major once: k·n floats against m·k·n
         // FMAs, and the product then needs no packing at all.
         return with_scratch(k * n, |bt| {
             if unit(k, p.b.rs) {
-                // SAFETY: AVX-512F is present; the n columns of B are k contiguous floats each.
-                unsafe { x86::pack_lines_avx512(bt, p.b.ptr, p.b.cs, n, n, k) };
+                // SAFETY: `isa` is clamped to what the CPU has; the n columns of B are k
+                // contiguous floats each.
+                unsafe {
+                    if isa == Isa::Avx512 {
+                        x86::pack_lines_avx512(bt, p.b.ptr, p.b.cs, n, n, k)
+                    } else {
+                        x86::pack_lines_avx2(bt, p.b.ptr, p.b.cs, n, n, k)
+                    }
+                };
             } else {
                 for (i, d) in bt.iter_mut().enumerate() {
                     // SAFETY: (i / n, i % n) is inside B.
                     *d = unsafe { p.b.at(i / n, i % n) };
                 }
             }
-            small(Problem { b: Mat { ptr: bt.as_ptr(), rs: n as isize, cs: 1 }, ..p }, threads)
+            small(isa, Problem { b: Mat { ptr: bt.as_ptr(), rs: n as isize, cs: 1 }, ..p }, threads)
         });
     }
     match isa {
@@ -334,23 +341,38 @@ fn gemm_with(
     }
 }
 
-/// The unpacked AVX-512 product (B and C with unit column stride; see `SMALL_MAX_MNK`).
+/// The unpacked product (AVX2 or AVX-512; B and C with unit column stride; see
+/// `SMALL_MAX_MNK`).
 #[cfg(target_arch = "x86_64")]
-fn small(p: Problem, threads: usize) {
+fn small(isa: Isa, p: Problem, threads: usize) {
     // Nothing is packed, so splitting duplicates no work.
-    split(p, threads, false, 16, 4, |p, rows, cols| {
-        let q = Problem {
-            m: rows.len(),
-            n: cols.len(),
-            a: Mat { ptr: p.a.addr(rows.start, 0), ..p.a },
-            b: Mat { ptr: p.b.addr(0, cols.start), ..p.b },
-            c: MatMut { ptr: p.c.addr(rows.start, cols.start), ..p.c },
-            ..*p
-        };
-        // SAFETY: only reached with AVX-512F present (`isa` is clamped); `q` is a block of the
-        // views, B and C with unit column stride.
-        unsafe { x86::small_avx512(q) }
-    });
+    if isa == Isa::Avx512 {
+        split(p, threads, false, 16, 4, small_block::<true>)
+    } else {
+        split(p, threads, false, 16, 4, small_block::<false>)
+    }
+}
+
+/// One block of `small`'s product: rows × cols of C.
+#[cfg(target_arch = "x86_64")]
+fn small_block<const AVX512: bool>(p: &Problem, rows: Range<usize>, cols: Range<usize>) {
+    let q = Problem {
+        m: rows.len(),
+        n: cols.len(),
+        a: Mat { ptr: p.a.addr(rows.start, 0), ..p.a },
+        b: Mat { ptr: p.b.addr(0, cols.start), ..p.b },
+        c: MatMut { ptr: p.c.addr(rows.start, cols.start), ..p.c },
+        ..*p
+    };
+    // SAFETY: only reached with the instruction set present (`small`'s `isa` is clamped to
+    // the CPU's); `q` is a block of the views, B and C with unit column stride.
+    unsafe {
+        if AVX512 {
+            x86::small_avx512(q)
+        } else {
+            x86::small_avx2(q)
+        }
+    }
 }
 
 fn scale(beta: f32, mut c: ndarray::ArrayViewMutD<f32>) {
@@ -370,8 +392,9 @@ trait Kernel {
     const KC: usize;
     const MC: usize;
     const NC: usize;
-    /// Whether the AVX-512 transposing panel copy may be used (the kernel implies the CPU has it).
-    const AVX512_PACK: bool = false;
+    /// The transposing panel copy the kernel's instruction set allows (the kernel implies the
+    /// CPU has it).
+    const PACK: Pack = Pack::Scalar;
     /// c[i][j] = alpha * Σ_p a[p*MR + i] * b[p*NR + j] + beta * c[i][j] for i < mr, j < nr, where
     /// c[i][j] is at `c + i*rs + j*cs`; beta == 0 never reads c.
     ///
@@ -417,7 +440,7 @@ fn run_packed_as_is<K: Kernel>(p: Problem, threads: usize) {
     // Splitting n makes every chunk pack all of A, splitting m all of B. Without the AVX-512
     // transposing copy, a panel that is not contiguous along the panel packs several times
     // slower than one that is.
-    let slow = if K::AVX512_PACK { 1 } else { 3 };
+    let slow = if K::PACK == Pack::Scalar { 3 } else { 1 };
     let cost_a = if unit(p.m, p.a.rs) { 1 } else { slow } * p.m;
     let cost_b = if unit(p.n, p.b.cs) { 1 } else { slow } * p.n;
     let split_n = cost_a <= cost_b;
@@ -520,20 +543,41 @@ fn pack_panels<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usi
         let i = i0 + r * mr_;
         let rows = mr_.min(mc - r * mr_);
         if unit(rows, a.rs) {
-            // Column-major A (a transposed view): each step is a contiguous run.
-            for (p, d) in panel.chunks_exact_mut(mr_).enumerate() {
-                // SAFETY: rows i..i+rows of column p0+p are inside A and contiguous.
-                let src = unsafe { std::slice::from_raw_parts(a.addr(i, p0 + p), rows) };
-                d[..rows].copy_from_slice(src);
-                d[rows..].fill(0.0);
+            // Column-major A (a transposed view): each step is a contiguous run. A full panel
+            // of a kernel's width copies each step as a fixed-size move: a `memcpy` call per
+            // step of 6 or 16 floats costs more than the copy itself.
+            // SAFETY (each arm): rows i..i+rows of columns p0..p0+kc are inside A, and
+            // contiguous within each column; the panel holds kc steps of mr_ = rows floats.
+            match (rows == mr_, rows) {
+                (true, 4) => unsafe { copy_steps::<4>(panel, a, i, p0, kc) },
+                (true, 6) => unsafe { copy_steps::<6>(panel, a, i, p0, kc) },
+                (true, 8) => unsafe { copy_steps::<8>(panel, a, i, p0, kc) },
+                (true, 12) => unsafe { copy_steps::<12>(panel, a, i, p0, kc) },
+                (true, 16) => unsafe { copy_steps::<16>(panel, a, i, p0, kc) },
+                (true, 32) => unsafe { copy_steps::<32>(panel, a, i, p0, kc) },
+                _ => {
+                    for (p, d) in panel.chunks_exact_mut(mr_).enumerate() {
+                        // SAFETY: rows i..i+rows of column p0+p are inside A and contiguous.
+                        let src = unsafe { std::slice::from_raw_parts(a.addr(i, p0 + p), rows) };
+                        d[..rows].copy_from_slice(src);
+                        d[rows..].fill(0.0);
+                    }
+                }
             }
         } else if unit(kc, a.cs) {
             #[cfg(target_arch = "x86_64")]
-            if K::AVX512_PACK {
-                // SAFETY: `K` is only used when the CPU has AVX-512F; rows i..i+rows, columns
-                // p0..p0+kc are inside A, each row contiguous.
-                unsafe { x86::pack_lines_avx512(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
-                continue;
+            match K::PACK {
+                // SAFETY: `K` is only used when the CPU has its instruction set; rows i..i+rows,
+                // columns p0..p0+kc are inside A, each row contiguous.
+                Pack::Avx512 => {
+                    unsafe { x86::pack_lines_avx512(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
+                    continue;
+                }
+                Pack::Avx2 => {
+                    unsafe { x86::pack_lines_avx2(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
+                    continue;
+                }
+                Pack::Scalar => {}
             }
             // Row-major A: read each row contiguously, write it with stride MR.
             for ii in 0..rows {
@@ -555,6 +599,33 @@ fn pack_panels<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usi
             }
         }
     }
+}
+
+/// panel[p*W .. p*W + W] = the W contiguous floats at `a.addr(i, p0 + p)`, for p < kc.
+///
+/// # Safety
+/// Those kc runs of W floats are inside A; `panel` holds at least kc·W floats.
+#[inline(always)]
+unsafe fn copy_steps<const W: usize>(panel: &mut [f32], a: Mat, i: usize, p0: usize, kc: usize) {
+    assert!(panel.len() >= kc * W);
+    let d = panel.as_mut_ptr().cast::<[f32; W]>();
+    for p in 0..kc {
+        // SAFETY: the caller's contract; both sides are W floats (unaligned).
+        unsafe { d.add(p).write_unaligned(a.addr(i, p0 + p).cast::<[f32; W]>().read_unaligned()) };
+    }
+}
+
+/// Which transposing copy packs a panel whose lines are contiguous along k.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pack {
+    /// One strided scalar store per element.
+    Scalar,
+    /// 8 × 8 register transposes (`x86::pack_lines_avx2`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Avx2,
+    /// 16 × 16 register transposes (`x86::pack_lines_avx512`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Avx512,
 }
 
 /// Stores a finished tile `t` (row stride `ld`) into an arbitrary-stride or partial C tile.
@@ -884,7 +955,7 @@ mod x86 {
         const KC: usize = 256;
         const MC: usize = 192;
         const NC: usize = 4096;
-        const AVX512_PACK: bool = true;
+        const PACK: super::Pack = super::Pack::Avx512;
 
         unsafe fn tile(
             kc: usize,
@@ -1119,6 +1190,185 @@ mod x86 {
         }
     }
 
+    /// Transposes 8 rows of 8 floats in registers: afterwards r[q] holds what was column q.
+    #[inline(always)]
+    unsafe fn transpose8(r: &mut [__m256; 8]) {
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // t[2i] = rows 2i, 2i+1 interleaved at columns 0, 1 | 4, 5; t[2i+1] at 2, 3 | 6, 7.
+        let mut u = [_mm256_setzero_ps(); 8];
+        for h in 0..2 {
+            let (lo, hi) = (t[4 * h], t[4 * h + 1]);
+            let (lo2, hi2) = (t[4 * h + 2], t[4 * h + 3]);
+            u[4 * h] = _mm256_shuffle_ps::<0x44>(lo, lo2);
+            u[4 * h + 1] = _mm256_shuffle_ps::<0xee>(lo, lo2);
+            u[4 * h + 2] = _mm256_shuffle_ps::<0x44>(hi, hi2);
+            u[4 * h + 3] = _mm256_shuffle_ps::<0xee>(hi, hi2);
+        }
+        // u[4h + j] = column j (low half) and column j + 4 (high half) of rows 4h..4h+4.
+        for j in 0..4 {
+            r[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+            r[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
+        }
+    }
+
+    /// `pack_lines_avx512` with 8 × 8 register transposes. A store of a group narrower than 8
+    /// (A's 6-row panels) writes its 8 lanes anyway where the extra lanes land on positions a
+    /// later store (or the tail loop) rewrites, and through a copy only at the panel's end.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; every line l < lines is valid for kc reads.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_lines_avx2(
+        dst: &mut [f32],
+        src: *const f32,
+        ld: isize,
+        lines: usize,
+        w: usize,
+        kc: usize,
+    ) {
+        assert!(dst.len() >= w * kc && lines <= w);
+        let d = dst.as_mut_ptr();
+        let full = kc / 8 * 8;
+        for g in (0..w).step_by(8) {
+            let width = (w - g).min(8);
+            let have = lines.saturating_sub(g).min(8);
+            for p in (0..full).step_by(8) {
+                let mut r = [_mm256_setzero_ps(); 8];
+                for (l, r) in r.iter_mut().enumerate().take(have) {
+                    *r = _mm256_loadu_ps(src.offset((g + l) as isize * ld).add(p));
+                }
+                transpose8(&mut r);
+                for (q, &r) in r.iter().enumerate() {
+                    let at = (p + q) * w + g;
+                    // With one group (w <= 8), the lanes past `width` fall on the next steps,
+                    // which are stored after this one; with several, on another group's.
+                    if width == 8 || (w <= 8 && at + 8 <= w * kc) {
+                        _mm256_storeu_ps(d.add(at), r);
+                    } else {
+                        let mut t = [0.0f32; 8];
+                        _mm256_storeu_ps(t.as_mut_ptr(), r);
+                        std::ptr::copy_nonoverlapping(t.as_ptr(), d.add(at), width);
+                    }
+                }
+            }
+        }
+        for p in full..kc {
+            for l in 0..w {
+                *d.add(p * w + l) = if l < lines { *src.offset(l as isize * ld).add(p) } else { 0.0 };
+            }
+        }
+    }
+
+    /// The unpacked product for small problems on AVX2 (see `SMALL_MAX_MNK`): column blocks
+    /// of 16 (two 8-float vectors) times six rows of A at a time — 12 accumulators, two B
+    /// vectors and A's broadcast fill 15 of the 16 ymm registers, so nothing spills. A last
+    /// block narrower than a whole number of vectors reads B through a zero-padded copy (no
+    /// masks held in registers) and stores C through a copy.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `p` describes live views; B and C have unit column stride.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn small_avx2(p: super::Problem) {
+        let mut j0 = 0;
+        while j0 < p.n {
+            let w = (p.n - j0).min(16);
+            let q = super::Problem {
+                n: w,
+                b: Mat { ptr: p.b.addr(0, j0), ..p.b },
+                c: MatMut { ptr: p.c.addr(0, j0), ..p.c },
+                ..p
+            };
+            if w.is_multiple_of(8) {
+                small_block_avx2(q);
+            } else {
+                let wp = w.next_multiple_of(8);
+                super::with_scratch(p.k * wp, |bp| {
+                    for (k, d) in bp.chunks_exact_mut(wp).enumerate() {
+                        // SAFETY: row k of this block of B holds w contiguous floats.
+                        d[..w].copy_from_slice(unsafe { std::slice::from_raw_parts(q.b.addr(k, 0), w) });
+                        d[w..].fill(0.0);
+                    }
+                    // SAFETY: as for the call above, with B the padded copy (row stride wp).
+                    unsafe {
+                        small_block_avx2(super::Problem { b: Mat { ptr: bp.as_ptr(), rs: wp as isize, cs: 1 }, ..q })
+                    };
+                });
+            }
+            j0 += w;
+        }
+    }
+
+    /// One block of at most 16 columns: whole 8-float vectors of B are readable (p.n rounded
+    /// up to 8), C is written only in its p.n columns.
+    #[inline(always)]
+    unsafe fn small_block_avx2(p: super::Problem) {
+        if p.n > 8 {
+            small_rows_while_avx2::<6, 2>(&p, 0);
+        } else {
+            small_rows_while_avx2::<8, 1>(&p, 0);
+        }
+    }
+
+    /// Blocks of R rows from row i on, then of 2 and of 1.
+    #[inline(always)]
+    unsafe fn small_rows_while_avx2<const R: usize, const NV: usize>(p: &super::Problem, mut i: usize) {
+        while i + R <= p.m {
+            small_rows_avx2::<R, NV>(p, i);
+            i += R;
+        }
+        while i + 2 <= p.m {
+            small_rows_avx2::<2, NV>(p, i);
+            i += 2;
+        }
+        if i < p.m {
+            small_rows_avx2::<1, NV>(p, i);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn small_rows_avx2<const R: usize, const NV: usize>(p: &super::Problem, i: usize) {
+        let mut acc = [[_mm256_setzero_ps(); NV]; R];
+        for k in 0..p.k {
+            let row = p.b.addr(k, 0);
+            let bv: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(row.wrapping_add(v * 8)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let ar = _mm256_set1_ps(p.a.at(i + r, k));
+                for v in 0..NV {
+                    acc[v] = _mm256_fmadd_ps(ar, bv[v], acc[v]);
+                }
+            }
+        }
+        let (va, vb) = (_mm256_set1_ps(p.alpha), _mm256_set1_ps(p.beta));
+        for (r, acc) in acc.iter().enumerate() {
+            let row = p.c.addr(i + r, 0);
+            for (v, &acc) in acc.iter().enumerate() {
+                let dst = row.wrapping_add(v * 8);
+                let lanes = p.n.saturating_sub(v * 8).min(8);
+                let mut t = [0.0f32; 8];
+                let whole = lanes == 8;
+                if !whole {
+                    std::ptr::copy_nonoverlapping(dst, t.as_mut_ptr(), lanes);
+                }
+                let at = if whole { dst } else { t.as_mut_ptr() };
+                let mut x = _mm256_mul_ps(va, acc);
+                if p.beta != 0.0 {
+                    x = _mm256_fmadd_ps(vb, _mm256_loadu_ps(at), x);
+                }
+                _mm256_storeu_ps(at, x);
+                if !whole {
+                    std::ptr::copy_nonoverlapping(t.as_ptr(), dst, lanes);
+                }
+            }
+        }
+    }
+
     /// 6 × 16 tiles: 12 ymm accumulators of the 16 registers.
     pub(super) struct Avx2;
 
@@ -1128,6 +1378,7 @@ mod x86 {
         const KC: usize = 256;
         const MC: usize = 144;
         const NC: usize = 4096;
+        const PACK: super::Pack = super::Pack::Avx2;
 
         #[target_feature(enable = "avx2,fma")]
         unsafe fn tile(

@@ -40,8 +40,13 @@ pub fn permute<T: Clone>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
     let mut out = Vec::with_capacity(data.len());
     let (mut idx, mut at) = (vec![0; r], 0isize);
     for _ in 0..data.len() / inner {
-        // Offsets stay inside `data`: they are those of the view's elements.
-        out.extend((0..inner as isize).map(|j| data[(at + j * step) as usize].clone()));
+        // Offsets stay inside `data`: they are those of the view's elements. A last axis kept
+        // in place (attention's head split and merge keep the head's features) is one copy.
+        if step == 1 {
+            out.extend_from_slice(&data[at as usize..at as usize + inner]);
+        } else {
+            out.extend((0..inner as isize).map(|j| data[(at + j * step) as usize].clone()));
+        }
         for d in (0..r).rev() {
             idx[d] += 1;
             at += strides[d];
