@@ -66,13 +66,25 @@ fn select_blocks_body<T: Copy>(cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usi
     for (start, out) in (0..n).step_by(p).zip(out.spare_capacity_mut()[..n].chunks_exact_mut(p)) {
         let block = |len: usize| start % len..start % len + p;
         let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
-        for (((o, &c), &x), &y) in out.iter_mut().zip(c).zip(x).zip(y) {
-            o.write(if c { x } else { y });
+        // Both operands loaded and the flag (a byte) choosing between the values: written as
+        // `if c { x } else { y }` the loop chose between the two addresses and gathered its
+        // operands one lane at a time.
+        let (c, x, y) = (&c[..p], &x[..p], &y[..p]);
+        let c: &[u8] = bytemuck_bools(c);
+        for i in 0..p {
+            out[i].write(std::hint::select_unpredictable(c[i] != 0, x[i], y[i]));
         }
     }
     // SAFETY: p divides n (every operand's block length is a product of trailing axes of the
     // n-element shape), so the blocks cover all n elements.
     unsafe { super::simd::written(out, n) }
+}
+
+/// The bytes of a `bool` slice (each 0 or 1).
+#[inline(always)]
+fn bytemuck_bools(c: &[bool]) -> &[u8] {
+    // SAFETY: `bool` has the size and alignment of `u8`, and every bool is a valid u8.
+    unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), c.len()) }
 }
 
 super::simd::widened! {
