@@ -12,6 +12,7 @@
 //! and dtypes promote as JAX's do (`DType::promote`). GPU operands never reach these functions
 //! (`ops::binary` and `Tensor::unary` route them to the GPU's kernels).
 
+use super::layout::repeat_of;
 use super::simd::{self, By, Elem1, Elem2, Swapped};
 use crate::op::{Bin, Un};
 use crate::{broadcast_shape, DType, Real, Storage, TResult, Tensor, TensorError};
@@ -120,14 +121,20 @@ fn update<T: Copy>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Elem2<T>) {
 
 /// A new array of `shape` with out[i] = f(x[i], y[i]), both broadcast to `shape`.
 #[inline(always)]
-fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Elem2<T>) -> TResult<ArrayD<T>> {
+fn fresh<T: Copy + Send + Sync>(
+    x: &ArrayD<T>,
+    y: &ArrayD<T>,
+    shape: &[usize],
+    f: impl Elem2<T> + Sync,
+    cost_each: f64,
+) -> TResult<ArrayD<T>> {
     if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
         let out = if x.shape() == y.shape() {
-            Some(simd::zip_into(a, b, f))
+            Some(simd::zip_into_par(a, b, f, cost_each))
         } else if x.shape() == shape {
-            repeat_of(y, shape).map(|how| simd::repeat_into(a, b, how, f))
+            repeat_of(y, shape).map(|how| simd::repeat_into_par(a, b, how, f, cost_each))
         } else if y.shape() == shape {
-            repeat_of(x, shape).map(|how| simd::repeat_into(b, a, how, Swapped(f)))
+            repeat_of(x, shape).map(|how| simd::repeat_into_par(b, a, how, Swapped(f), cost_each))
         } else {
             None
         };
@@ -138,26 +145,6 @@ fn fresh<T: Copy>(x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize], f: impl Elem2<T
     let xb = x.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     let yb = y.broadcast(IxDyn(shape)).ok_or("broadcast failed")?;
     Ok(Zip::from(&xb).and(&yb).map_collect(|&p, &q| f.call(p, q)))
-}
-
-/// How a row-major `y` broadcast to `shape` repeats as flat blocks: along leading axes (a
-/// bias: its shape a suffix of the result's, repeated block by block) or trailing ones (a
-/// per-row statistic such as layer norm's mean, [n, 1]: each element spread over a block);
-/// None for any other broadcast, or when `y` is not row-major. These are the broadcasts of a
-/// model's layers, which ndarray's general iteration ran element by element.
-fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<simd::Repeat> {
-    let n: usize = shape.iter().product();
-    if !y.is_standard_layout() || y.is_empty() || !n.is_multiple_of(y.len()) {
-        return None;
-    }
-    let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();
-    if shape.ends_with(&own) {
-        return Some(simd::Repeat::Cycle);
-    }
-    let lead = y.shape().iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
-    let pad = shape.len().checked_sub(y.ndim())?;
-    (shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1))
-        .then_some(simd::Repeat::Spread)
 }
 
 /// out[i] = f(x[i]) into `x` itself.
@@ -229,7 +216,8 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         } else {
             b
         };
-        fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, By(f)).map(Tensor::from_real)
+        let cost = if op == Bin::Pow { FUNCTION_COST } else { ARITHMETIC_COST };
+        fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, By(f), cost).map(Tensor::from_real)
     })
 }
 
@@ -241,18 +229,24 @@ fn binary_int(op: Bin, a: &Tensor, b: &Tensor) -> TResult<Tensor> {
     };
     let shape = broadcast_shape(x.shape(), y.shape())?;
     let out = match op {
-        Bin::Add => fresh(x, y, &shape, By(i64::wrapping_add))?,
-        Bin::Sub => fresh(x, y, &shape, By(i64::wrapping_sub))?,
-        Bin::Mul => fresh(x, y, &shape, By(i64::wrapping_mul))?,
+        Bin::Add => fresh(x, y, &shape, By(i64::wrapping_add), ARITHMETIC_COST)?,
+        Bin::Sub => fresh(x, y, &shape, By(i64::wrapping_sub), ARITHMETIC_COST)?,
+        Bin::Mul => fresh(x, y, &shape, By(i64::wrapping_mul), ARITHMETIC_COST)?,
         Bin::Pow => {
             if y.iter().any(|&e| e < 0) {
                 return Err(TensorError::new(
                     "`**`: an int64 tensor to a negative power (convert with `astype \"float32\"` first)",
                 ));
             }
-            fresh(x, y, &shape, By(|p: i64, e: i64| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX))))?
+            fresh(
+                x,
+                y,
+                &shape,
+                By(|p: i64, e: i64| p.wrapping_pow(u32::try_from(e).unwrap_or(u32::MAX))),
+                ARITHMETIC_COST,
+            )?
         }
-        Bin::Mask => fresh(x, y, &shape, By(|x: i64, m: i64| if m > 0 { x } else { 0 }))?,
+        Bin::Mask => fresh(x, y, &shape, By(|x: i64, m: i64| if m > 0 { x } else { 0 }), ARITHMETIC_COST)?,
         Bin::Div => return Err(TensorError::internal("int64 division reached the integer kernel")),
     };
     Ok(Tensor { storage: Storage::I64(out) })

@@ -2,6 +2,7 @@
 //! slices, concatenation, broadcasting), for every dtype: the floating backend and the int64
 //! and bool tensors share these.
 
+use super::simd::Repeat;
 use crate::{fmt_shape, TResult};
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
@@ -9,6 +10,28 @@ pub fn broadcast_to<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<
     let b = a
         .broadcast(IxDyn(shape))
         .ok_or_else(|| format!("cannot broadcast shape {} to {}", fmt_shape(a.shape()), fmt_shape(shape)))?;
+    // The broadcasts of reverse rules (a bias's gradient over a batch, a per-row statistic's
+    // over its row) as block copies and fills; ndarray's copy steps a multi-axis index per
+    // element.
+    if let (Some(how), Some(data)) = (repeat_of(a, shape), a.as_slice()) {
+        let n: usize = shape.iter().product();
+        let mut out = Vec::with_capacity(n);
+        match how {
+            Repeat::Cycle => {
+                for _ in 0..n / data.len() {
+                    out.extend_from_slice(data);
+                }
+            }
+            Repeat::Spread => {
+                for x in data {
+                    out.extend(std::iter::repeat_n(x.clone(), n / data.len()));
+                }
+            }
+        }
+        if let Ok(out) = ArrayD::from_shape_vec(IxDyn(shape), out) {
+            return Ok(out);
+        }
+    }
     Ok(b.to_owned())
 }
 
@@ -73,9 +96,48 @@ pub fn slice<T: Clone>(a: &ArrayD<T>, axis: usize, lo: usize, hi: usize) -> Arra
     a.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned()
 }
 
+/// How a row-major `y` broadcast to `shape` repeats as flat blocks: along leading axes (a
+/// bias: its shape a suffix of the result's, repeated block by block) or trailing ones (a
+/// per-row statistic such as layer norm's mean, [n, 1]: each element spread over a block);
+/// None for any other broadcast, or when `y` is not row-major. These are the broadcasts of a
+/// model's layers, which ndarray's general iteration ran element by element.
+pub(crate) fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<Repeat> {
+    let n: usize = shape.iter().product();
+    if !y.is_standard_layout() || y.is_empty() || !n.is_multiple_of(y.len()) {
+        return None;
+    }
+    let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();
+    if shape.ends_with(&own) {
+        return Some(Repeat::Cycle);
+    }
+    let lead = y.shape().iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+    let pad = shape.len().checked_sub(y.ndim())?;
+    (shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1)).then_some(Repeat::Spread)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broadcast_to_agrees_with_ndarrays_copy() {
+        let cases: [(&[usize], &[usize]); 7] = [
+            (&[3], &[2, 3]),
+            (&[1, 3], &[4, 2, 3]),
+            (&[2, 1], &[2, 5]),
+            (&[2, 1, 1], &[2, 3, 4]),
+            (&[1], &[0, 4]),
+            (&[2, 1, 3], &[2, 4, 3]),
+            (&[2, 3], &[2, 3]),
+        ];
+        for (from, to) in cases {
+            let n: usize = from.iter().product();
+            let a = ArrayD::from_shape_vec(IxDyn(from), (0..n as i64).collect::<Vec<_>>()).unwrap();
+            let want = a.broadcast(IxDyn(to)).unwrap().to_owned();
+            assert_eq!(broadcast_to(&a, to).unwrap(), want, "{from:?} -> {to:?}");
+        }
+        assert!(broadcast_to(&ArrayD::<f32>::zeros(IxDyn(&[2])), &[3]).is_err());
+    }
 
     #[test]
     fn permute_agrees_with_ndarrays_copy() {

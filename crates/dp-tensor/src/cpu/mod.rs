@@ -109,9 +109,12 @@ impl<T: Real> Backend for ArrayD<T> {
     fn softmax(&self, log: bool) -> TResult<Self> {
         if let (Some(data), Some(&n)) = (self.as_slice(), self.shape().last()) {
             if n > 0 {
-                return Ok(
-                    ArrayD::from_shape_vec(self.raw_dim(), softmax_rows(data, n, log)).map_err(|e| e.to_string())?
-                );
+                // Rows are independent: pieces of whole rows on the pool when it pays (an exp and
+                // a few operations an element).
+                // SAFETY: `softmax_rows` writes every row of its piece (n divides the piece).
+                let out =
+                    unsafe { simd::build_in_pieces(data.len(), n, 50.0, &|r, d| softmax_rows(&data[r], n, log, d)) };
+                return Ok(ArrayD::from_shape_vec(self.raw_dim(), out).map_err(|e| e.to_string())?);
             }
         }
         let ax = Axis(self.ndim() - 1);
@@ -187,10 +190,8 @@ impl<T: Real> Backend for ArrayD<T> {
 /// largest tensors of a Transformer step. The same arithmetic: exp (x − max), then divided by
 /// the row's sum, or x − max − ln (sum).
 #[inline(always)]
-fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
-    let mut out = simd::unwritten(data.len());
-    let rows = data.len() / n;
-    for (row, o) in data.chunks_exact(n).zip(out.spare_capacity_mut()[..rows * n].chunks_exact_mut(n)) {
+fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool, out: &mut [std::mem::MaybeUninit<T>]) {
+    for (row, o) in data.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
         let max = lanes(row, T::neg_infinity(), |a, b| a.max(b));
         for (o, &x) in o.iter_mut().zip(row) {
             o.write(T::un(crate::Un::Exp, x - max));
@@ -211,8 +212,6 @@ fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool) -> Vec<T> {
             }
         }
     }
-    // SAFETY: every row of the rows * n elements was written (n divides data.len()).
-    unsafe { simd::written(out, rows * n) }
 }
 
 /// `xs` folded by `f` in 16 interleaved lanes, then the lanes folded together: a fold one
@@ -237,7 +236,7 @@ fn lanes<T: Copy>(xs: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
 }
 
 simd::widened! {
-    fn softmax_rows[T: Real](data: &[T], n: usize, log: bool) -> Vec<T> => softmax_rows_body
+    fn softmax_rows[T: Real](data: &[T], n: usize, log: bool, out: &mut [std::mem::MaybeUninit<T>]) -> () => softmax_rows_body
 }
 
 /// The output buffer of a batched product, written by several threads at once: each product

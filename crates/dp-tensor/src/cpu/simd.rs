@@ -185,14 +185,10 @@ fn zip_in_place_body<T: Copy, F: Elem2<T>>(d: &mut [T], s: &[T], f: F) {
 }
 
 #[inline(always)]
-fn zip_into_body<T: Copy, F: Elem2<T>>(a: &[T], b: &[T], f: F) -> Vec<T> {
-    let n = a.len().min(b.len());
-    let mut out = unwritten(n);
-    for ((o, &p), &q) in out.spare_capacity_mut().iter_mut().zip(a).zip(b) {
+fn zip_to_body<T: Copy, F: Elem2<T>>(a: &[T], b: &[T], d: &mut [MaybeUninit<T>], f: F) {
+    for ((o, &p), &q) in d.iter_mut().zip(a).zip(b) {
         o.write(f.call(p, q));
     }
-    // SAFETY: the loop wrote n elements.
-    unsafe { written(out, n) }
 }
 
 /// How a shorter operand `y` repeats over a longer `x` (`len(y)` divides `len(x)`).
@@ -228,13 +224,13 @@ fn repeat_in_place_body<T: Copy, F: Elem2<T>>(d: &mut [T], y: &[T], how: Repeat,
     }
 }
 
+/// d[i] = f(x[i], y repeated `how`); len(y) divides len(x), and `d` is as long as `x`.
 #[inline(always)]
-fn repeat_into_body<T: Copy, F: Elem2<T>>(x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> {
-    if y.is_empty() || !x.len().is_multiple_of(y.len()) {
-        return Vec::new();
+fn repeat_to_body<T: Copy, F: Elem2<T>>(x: &[T], y: &[T], how: Repeat, dst: &mut [MaybeUninit<T>], f: F) {
+    if y.is_empty() || !x.len().is_multiple_of(y.len()) || dst.len() < x.len() {
+        return;
     }
-    let mut out = unwritten(x.len());
-    let dst = &mut out.spare_capacity_mut()[..x.len()];
+    let dst = &mut dst[..x.len()];
     match how {
         Repeat::Cycle => {
             for (o, p) in dst.chunks_exact_mut(y.len()).zip(x.chunks_exact(y.len())) {
@@ -252,8 +248,6 @@ fn repeat_into_body<T: Copy, F: Elem2<T>>(x: &[T], y: &[T], how: Repeat, f: F) -
             }
         }
     }
-    // SAFETY: len(y) divides len(x), so the blocks cover all x.len() elements.
-    unsafe { written(out, x.len()) }
 }
 
 widened! {
@@ -269,16 +263,16 @@ widened! {
     pub(crate) fn zip_in_place[T: Copy, F: Elem2<T>](d: &mut [T], s: &[T], f: F) -> () => zip_in_place_body
 }
 widened! {
-    /// [f(a[i], b[i])] (the shorter length).
-    pub(crate) fn zip_into[T: Copy, F: Elem2<T>](a: &[T], b: &[T], f: F) -> Vec<T> => zip_into_body
+    /// d[i] = f(a[i], b[i]) (the shortest length).
+    fn zip_to[T: Copy, F: Elem2<T>](a: &[T], b: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => zip_to_body
 }
 widened! {
     /// d[i] = f(d[i], y repeated `how`).
     pub(crate) fn repeat_in_place[T: Copy, F: Elem2<T>](d: &mut [T], y: &[T], how: Repeat, f: F) -> () => repeat_in_place_body
 }
 widened! {
-    /// [f(x[i], y repeated `how`)].
-    pub(crate) fn repeat_into[T: Copy, F: Elem2<T>](x: &[T], y: &[T], how: Repeat, f: F) -> Vec<T> => repeat_into_body
+    /// d[i] = f(x[i], y repeated `how`).
+    fn repeat_to[T: Copy, F: Elem2<T>](x: &[T], y: &[T], how: Repeat, d: &mut [MaybeUninit<T>], f: F) -> () => repeat_to_body
 }
 
 /// The elements of one piece of work for a thread of the pool: large enough that claiming it
@@ -287,8 +281,15 @@ widened! {
 const PIECE: usize = 8192;
 
 /// A pointer that threads may share: each writes only its own piece through it.
-#[derive(Clone, Copy)]
 struct Shared<T>(*mut T);
+
+// Not derived: a derived `Copy` would ask `T: Copy`, and only the pointer is copied.
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Shared<T> {}
 // SAFETY: used only by `in_pieces`' callers, whose pieces are disjoint ranges of one buffer
 // that outlives the call.
 unsafe impl<T: Send> Sync for Shared<T> {}
@@ -308,11 +309,18 @@ impl<T> Shared<T> {
 /// arithmetic, 40 for a function such as tanh) is worth it. PyTorch spreads these loops over
 /// its threads too; the GELU of a Transformer's MLP is 256 K elements.
 fn in_pieces(n: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-    let items = n.div_ceil(PIECE);
+    in_pieces_of(n, 1, cost_each, piece)
+}
+
+/// `in_pieces` with every range but the last a multiple of `granule` long (and starting at
+/// one): a broadcast operand's repetitions stay whole within a piece.
+fn in_pieces_of(n: usize, granule: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let len = (PIECE / granule.max(1)).max(1) * granule.max(1);
+    let items = n.div_ceil(len);
     if items < 2 {
         return piece(0..n);
     }
-    super::gemm::for_each_product(items, cost_each * PIECE as f64, &|i, _| piece(i * PIECE..((i + 1) * PIECE).min(n)));
+    super::gemm::for_each_product(items, cost_each * len as f64, &|i, _| piece(i * len..((i + 1) * len).min(n)));
 }
 
 /// s[i] = f(s[i]), over the threads when `s` is large (`in_pieces`).
@@ -322,15 +330,72 @@ pub(crate) fn map_in_place_par<T: Copy + Send, F: Elem1<T> + Sync>(s: &mut [T], 
     in_pieces(n, cost_each, &|r| map_in_place(unsafe { at.piece(r) }, f));
 }
 
-/// [f(s[i])], over the threads when `s` is large (`in_pieces`).
-pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
-    let mut out = unwritten(s.len());
+/// A vector of n elements written piece by piece on the pool when the work is worth it
+/// (`in_pieces_of`): `write(range, piece)` fills `piece`, the elements `range` of the result.
+///
+/// # Safety
+/// `write` must initialise every element of each piece it is given.
+pub(crate) unsafe fn build_in_pieces<T: Send>(
+    n: usize,
+    granule: usize,
+    cost_each: f64,
+    write: &(dyn Fn(std::ops::Range<usize>, &mut [MaybeUninit<T>]) + Sync),
+) -> Vec<T> {
+    let mut out = unwritten(n);
     let at = Shared(out.spare_capacity_mut().as_mut_ptr());
     // SAFETY: the pieces are disjoint ranges of the n-element spare capacity, which lives
     // until this function returns.
-    in_pieces(s.len(), cost_each, &|r| map_to(&s[r.clone()], unsafe { at.piece(r) }, f));
-    // SAFETY: the pieces cover all s.len() elements, each written by `map_to`.
-    unsafe { written(out, s.len()) }
+    in_pieces_of(n, granule, cost_each, &|r| write(r.clone(), unsafe { at.piece(r) }));
+    // SAFETY: the pieces cover 0..n, and the caller's `write` initialised each.
+    unsafe { written(out, n) }
+}
+
+/// [f(a[i], b[i])] (the shorter length), over the threads when large.
+pub(crate) fn zip_into_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
+    a: &[T],
+    b: &[T],
+    f: F,
+    cost_each: f64,
+) -> Vec<T> {
+    let n = a.len().min(b.len());
+    // SAFETY: `zip_to` writes every element of a piece of the same length as its operands.
+    unsafe { build_in_pieces(n, 1, cost_each, &|r, d| zip_to(&a[r.clone()], &b[r], d, f)) }
+}
+
+/// [f(x[i], y repeated `how`)] (len(y) divides len(x)), over the threads when large: pieces of
+/// whole repetitions of `y` (`Cycle`) or of whole runs of one of its elements (`Spread`).
+pub(crate) fn repeat_into_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
+    x: &[T],
+    y: &[T],
+    how: Repeat,
+    f: F,
+    cost_each: f64,
+) -> Vec<T> {
+    let n = x.len();
+    if y.is_empty() || !n.is_multiple_of(y.len()) {
+        return Vec::new();
+    }
+    let run = n / y.len();
+    let granule = match how {
+        Repeat::Cycle => y.len(),
+        Repeat::Spread => run,
+    };
+    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
+        let ys = match how {
+            Repeat::Cycle => y,
+            Repeat::Spread => &y[r.start / run..r.end.div_ceil(run)],
+        };
+        repeat_to(&x[r], ys, how, d, f)
+    };
+    // SAFETY: each piece is whole repetitions of `y` (or whole runs), so `repeat_to` writes
+    // all of it.
+    unsafe { build_in_pieces(n, granule, cost_each, &write) }
+}
+
+/// [f(s[i])], over the threads when `s` is large (`in_pieces`).
+pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
+    // SAFETY: `map_to` writes every element of a piece as long as its operand.
+    unsafe { build_in_pieces(s.len(), 1, cost_each, &|r, d| map_to(&s[r], d, f)) }
 }
 
 #[cfg(test)]
@@ -377,7 +442,7 @@ pub(crate) mod tests {
                 let b = map_into_par(&x, By(|v: f32| v.sqrt().max(0.25)), 0.0);
                 let mut c = x.clone();
                 zip_in_place(&mut c, &y, By(|p: f32, q: f32| p / q - p * q));
-                let d = zip_into(&x, &y, By(|p: f32, q: f32| if p > q { p } else { q * 3.0 }));
+                let d = zip_into_par(&x, &y, By(|p: f32, q: f32| if p > q { p } else { q * 3.0 }), 0.0);
                 [bits(&a), bits(&b), bits(&c), bits(&d)]
             });
             assert!(runs.windows(2).all(|w| w[0] == w[1]), "n = {n}");
@@ -404,9 +469,9 @@ pub(crate) mod tests {
     fn repeats_pair_the_right_elements() {
         let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
         let y = [100.0, 200.0, 300.0];
-        let cycled = repeat_into(&x, &y, Repeat::Cycle, By(|p: f32, q: f32| p + q));
+        let cycled = repeat_into_par(&x, &y, Repeat::Cycle, By(|p: f32, q: f32| p + q), 0.0);
         assert_eq!(cycled[..4], [100.0, 201.0, 302.0, 103.0]);
-        let spread = repeat_into(&x, &y, Repeat::Spread, By(|p: f32, q: f32| p + q));
+        let spread = repeat_into_par(&x, &y, Repeat::Spread, By(|p: f32, q: f32| p + q), 0.0);
         assert_eq!(spread[..5], [100.0, 101.0, 102.0, 103.0, 204.0]);
         let mut d = x.clone();
         repeat_in_place(&mut d, &y, Repeat::Cycle, By(|p: f32, q: f32| p + q));
@@ -415,8 +480,31 @@ pub(crate) mod tests {
         repeat_in_place(&mut d, &y, Repeat::Spread, By(|p: f32, q: f32| p + q));
         assert_eq!(d, spread);
         let runs = at_every_level(|| {
-            bits(&repeat_into(&data(4096), &data(64), Repeat::Cycle, By(|p: f32, q: f32| p * q - q)))
+            bits(&repeat_into_par(&data(4096), &data(64), Repeat::Cycle, By(|p: f32, q: f32| p * q - q), 0.0))
         });
         assert!(runs.windows(2).all(|w| w[0] == w[1]));
+    }
+
+    #[test]
+    fn binary_pieces_on_the_pool_agree_with_one_loop() {
+        let f = By(|p: f32, q: f32| p * q - q);
+        // Pieces of whole repetitions (Cycle: y of 96 and of 3; Spread: runs of 7 and of
+        // 3 PIECE + 5, which is longer than a piece) and an odd total.
+        let cases = [(96 * 700, 96), (3 * 3001, 3), (7 * 4000, 4000), ((3 * PIECE + 5) * 3, 3)];
+        for (n, m) in cases {
+            let (x, y) = (data(n), data(m));
+            let want_zip: Vec<f32> = x.iter().zip(&data(n)).map(|(&p, &q)| f.call(p, q)).collect();
+            let want = |how: Repeat| -> Vec<f32> {
+                let run = n / m;
+                (0..n).map(|i| f.call(x[i], y[if how == Repeat::Cycle { i % m } else { i / run }])).collect()
+            };
+            crate::cpu::gemm::with_forced_parallel(|| {
+                assert_eq!(bits(&zip_into_par(&x, &data(n), f, 10.0)), bits(&want_zip), "zip n = {n}");
+                for how in [Repeat::Cycle, Repeat::Spread] {
+                    let got = repeat_into_par(&x, &y, how, f, 10.0);
+                    assert_eq!(bits(&got), bits(&want(how)), "{how:?} n = {n}, m = {m}");
+                }
+            });
+        }
     }
 }
