@@ -331,7 +331,7 @@ pub(crate) fn map_in_place_par<T: Copy + Send, F: Elem1<T> + Sync>(s: &mut [T], 
 }
 
 /// Fills the piece of a result that covers the given range of its elements.
-pub(crate) type PieceWriter<T> = dyn Fn(std::ops::Range<usize>, &mut [MaybeUninit<T>]) + Sync;
+pub(crate) type PieceWriter<'a, T> = dyn Fn(std::ops::Range<usize>, &mut [MaybeUninit<T>]) + Sync + 'a;
 
 /// A vector of n elements written piece by piece on the pool when the work is worth it
 /// (`in_pieces_of`): `write(range, piece)` fills `piece`, the elements `range` of the result.
@@ -342,7 +342,7 @@ pub(crate) unsafe fn build_in_pieces<T: Send>(
     n: usize,
     granule: usize,
     cost_each: f64,
-    write: &PieceWriter<T>,
+    write: &PieceWriter<'_, T>,
 ) -> Vec<T> {
     let mut out = unwritten(n);
     let at = Shared(out.spare_capacity_mut().as_mut_ptr());
