@@ -101,7 +101,8 @@ fn add_row_real<T: Real>(k: usize, acc: Rc<Tensor>, x: &Tensor) -> Result<Tensor
     let Some(xs) = T::of(x) else { return Err(acc) };
     let owned = Rc::try_unwrap(acc).unwrap_or_else(|shared| (*shared).clone());
     let mut a = T::take(owned.storage).map_err(|storage| Rc::new(Tensor { storage }))?;
-    a.index_axis_mut(ndarray::Axis(0), k).zip_mut_with(xs, |p, &q| *p = *p + q);
+    // row + 1·x: the multiplication by one is exact, so each element is row + x.
+    a.index_axis_mut(ndarray::Axis(0), k).scaled_add(T::one(), xs);
     Ok(Tensor::from_real(a))
 }
 
