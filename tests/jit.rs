@@ -354,6 +354,38 @@ fn staged_outer_products_are_summed_as_one_product() {
     }
 }
 
+/// The rows of a matrix read one per step (`row xs t`, W4's inputs): the staged backward pass
+/// adds each row's adjoint into the gradient's own buffer (`add_row`) instead of spreading it
+/// into a matrix of zeros and adding that, and the gradient is still the machine's to the
+/// last bit, in float32 and float64.
+#[test]
+fn row_adjoints_are_added_in_place_with_the_machines_numbers() {
+    for dtype in ["float32", "float64"] {
+        let src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let f (xs, w, h0) =\n\
+             \x20 let rec go k h = if k == 4 then h else go (k + 1) (tanh (row xs k + w @ h)) in\n\
+             \x20 sum (go 0 h0)\n\
+             let xs = cast (tensor [[0.31, -1.27, 0.83], [1.12, -0.46, 0.58], [0.2, 0.4, -0.1], [1.5, -0.3, 0.7]])\n\
+             let w = cast (tensor [[0.5, -0.25, 1.0], [0.75, 0.1, -0.6], [0.3, 0.2, -0.9]])\n\
+             let h = cast (tensor [0.3, -0.7, 0.45])\n\
+             let j = jit (value_and_grad f)\n\
+             let () = println (value_and_grad f (xs, w, h))\n\
+             let () = println (j (xs, w, h))\n\
+             let () = println (value_and_grad f (xs * 0.5, w, h - 0.25))\n\
+             let () = println (j (xs * 0.5, w, h - 0.25))\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        let count = |s: &str| ir.iter().filter(|l| l.contains(s)).count();
+        // The first row's adjoint starts the gradient (spread into zeros); the other three add.
+        assert_eq!((count("add_row"), count("ScatterRow")), (3, 1), "{dtype}: {ir:#?}");
+    }
+}
+
 /// Pairs of lines, a staged run's and the unstaged run's of the same derivative: their numbers
 /// agree to `rel` relative to each line's largest.
 fn pairs_agree(out: &[String], rel: f64) {

@@ -58,7 +58,52 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
         },
         (Op::T(t), _) => tensor::forward(t, &args),
         (Op::Product { tx, ty, acc }, _) => product(*tx, *ty, *acc, args),
+        (Op::AddRow(k), _) => add_row(*k as usize, args),
     }
+}
+
+/// `Op::AddRow`: x added into row k of the accumulator's own buffer (copied first if something
+/// else holds it) where both are CPU floats of one dtype, else the two operations it fuses.
+/// Row k's elements are acc + x as the unfused add computes them; the other rows are acc's,
+/// where the add computed acc + 0 (the same number, but that -0 became +0).
+fn add_row(k: usize, args: Vec<Value>) -> FResult<Value> {
+    let mut args = args.into_iter();
+    let (acc, x) = (args.next().unwrap_or_default(), args.next().unwrap_or_default());
+    let (acc, x) = match (acc, x) {
+        (Value::Tensor(a), Value::Tensor(x)) => {
+            let fused = match a.dtype() {
+                DType::F32 => add_row_real::<f32>(k, a, &x),
+                DType::F64 => add_row_real::<f64>(k, a, &x),
+                _ => Err(a),
+            };
+            match fused {
+                Ok(t) => return Ok(tensor::wrap(t)),
+                Err(a) => (Value::Tensor(a), Value::Tensor(x)),
+            }
+        }
+        other => other,
+    };
+    let shape = match &acc {
+        Value::Tensor(t) => t.shape().to_vec(),
+        other => return Err(Fault::internal(format!("a row added into {}", other.type_name()))),
+    };
+    let spread = tensor::forward(&TOp::ScatterRow(k, shape), &[x])?;
+    tensor::elementwise(Prim::Add, acc, spread)
+}
+
+/// `add_row` on `T`'s CPU arrays, or the accumulator back when an operand is of another dtype
+/// or device, or the row's shape is not x's.
+fn add_row_real<T: Real>(k: usize, acc: Rc<Tensor>, x: &Tensor) -> Result<Tensor, Rc<Tensor>> {
+    let fits = |a: &ArrayD<T>| a.ndim() >= 1 && k < a.shape()[0] && a.shape()[1..] == *x.shape();
+    if !T::of(&acc).is_some_and(fits) {
+        return Err(acc);
+    }
+    let Some(xs) = T::of(x) else { return Err(acc) };
+    let owned = Rc::try_unwrap(acc).unwrap_or_else(|shared| (*shared).clone());
+    let mut a = T::take(owned.storage).map_err(|storage| Rc::new(Tensor { storage }))?;
+    // row + 1·x: the multiplication by one is exact, so each element is row + x.
+    a.index_axis_mut(ndarray::Axis(0), k).scaled_add(T::one(), xs);
+    Ok(Tensor::from_real(a))
 }
 
 /// `Op::Product`: one call of the GEMM where the operands are CPU floats of one dtype (the

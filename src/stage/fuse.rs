@@ -4,7 +4,11 @@
 //! - `acc + x' @ y'` (a gradient gathering a second contribution) computes the product into the
 //!   accumulator's buffer, `out = x' @ y' + out`, with no temporary for the product.
 //!
-//! Both are one call of the tensor library's GEMM (`cpu::product_into`), the kernel the machine
+//! - `acc + ScatterRow(k) x` (the reverse rule of `row`, one row per step of an RNN gathering
+//!   into one matrix) adds x into row k of the accumulator's buffer (`Op::AddRow`), instead of
+//!   spreading it into a fresh matrix of zeros and adding the two.
+//!
+//! The products are one call of the tensor library's GEMM (`cpu::product_into`), the kernel the machine
 //! calls when it runs the same reverse rule unstaged (ad/matmul.rs) — so a staged gradient is
 //! computed the way the interpreter computes it. Where the kernel cannot take the operands
 //! (another dtype, the GPU), the executor computes the unfused operations instead.
@@ -50,7 +54,28 @@ pub fn fuse(mut p: Program) -> Program {
                     }
                     _ => None,
                 };
-                acc_of(args[0], args[1]).or_else(|| acc_of(args[1], args[0]))
+                // A row spread into zeros (`row`'s reverse rule) and added: added in place.
+                let row_of = |acc: u32, spread: u32| match &p.nodes[spread as usize] {
+                    Node::Apply(Op::T(t), x)
+                        if uses[spread as usize] == 1
+                            && x.len() == 1
+                            && matches!(p.kinds[i], Kind::Tensor(DType::F32 | DType::F64, _))
+                            && p.kinds[acc as usize] == p.kinds[i]
+                            && p.kinds[spread as usize] == p.kinds[i] =>
+                    {
+                        match **t {
+                            TOp::ScatterRow(k, _) => {
+                                Some((Op::AddRow(u32::try_from(k).ok()?), Args::from(vec![acc, x[0]])))
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                acc_of(args[0], args[1])
+                    .or_else(|| acc_of(args[1], args[0]))
+                    .or_else(|| row_of(args[0], args[1]))
+                    .or_else(|| row_of(args[1], args[0]))
             }
             _ => None,
         };

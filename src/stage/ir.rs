@@ -22,6 +22,9 @@ pub enum Op {
     /// `x' @ y'` (operands x, y) or `acc + x' @ y'` (operands acc, x, y), where x' is x or,
     /// with `tx`, its transpose (likewise y'): the fused products of `fuse`, one GEMM call.
     Product { tx: bool, ty: bool, acc: bool },
+    /// `acc + ScatterRow(k) x` (operands acc, x): row k of the accumulator grows by x, in the
+    /// accumulator's buffer (`fuse`: the reverse pass of `row` gathering one row per step).
+    AddRow(u32),
 }
 
 /// A node's operands. Nearly every node has one or two, so up to four are held in the node
@@ -199,6 +202,7 @@ impl fmt::Display for Op {
                 let t = |on: bool| if on { 't' } else { 'n' };
                 write!(f, "gemm_{}{}{}", t(*tx), t(*ty), if *acc { " +=" } else { "" })
             }
+            Op::AddRow(k) => write!(f, "add_row {k}"),
         }
     }
 }

@@ -171,16 +171,21 @@ impl Real for f64 {
         op.eval(x)
     }
     // float64 products go through ndarray's (matrixmultiply's) dgemm: dp's own micro-kernels
-    // are float32's, the dtype of every model's weights; float64 is for accuracy checks.
+    // are float32's, the dtype of every model's weights; float64 is for accuracy checks. An
+    // outer product (inner dimension 1) is a direct loop instead (cpu/direct.rs).
     fn gemm(alpha: f64, a: ArrayView2<f64>, b: ArrayView2<f64>, beta: f64, mut c: ArrayViewMut2<f64>) {
-        ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut c)
+        if !crate::cpu::direct::rank1(alpha, &a, &b, beta, &mut c) {
+            ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut c)
+        }
     }
     // matrixmultiply runs on the calling thread already.
     fn gemm_serial(alpha: f64, a: ArrayView2<f64>, b: ArrayView2<f64>, beta: f64, c: ArrayViewMut2<f64>) {
         Self::gemm(alpha, a, b, beta, c)
     }
     fn gemv(alpha: f64, a: ArrayView2<f64>, x: ArrayView1<f64>, beta: f64, mut y: ArrayViewMut1<f64>) {
-        ndarray::linalg::general_mat_vec_mul(alpha, &a, &x, beta, &mut y)
+        if !crate::cpu::direct::gemv(alpha, &a, &x, beta, &mut y) {
+            ndarray::linalg::general_mat_vec_mul(alpha, &a, &x, beta, &mut y)
+        }
     }
     #[inline]
     fn of_f64(x: f64) -> f64 {

@@ -5,6 +5,7 @@
 
 pub mod compare;
 mod conv;
+pub(crate) mod direct;
 pub mod elementwise;
 pub mod gather;
 pub mod gemm;
