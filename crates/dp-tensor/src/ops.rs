@@ -191,7 +191,7 @@ fn comparing(op: &TOp, args: &[&Tensor], on_gpu: bool) -> TResult<Storage> {
 }
 
 /// A comparison, `max_of`/`min_of`, or (with `cond`) a select, on operands of one dtype.
-fn typed<T: Copy + PartialOrd>(
+fn typed<T: Copy + PartialOrd + Send + Sync>(
     op: &TOp,
     cond: Option<&ArrayD<bool>>,
     x: &Tensor,

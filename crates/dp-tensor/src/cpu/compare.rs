@@ -2,6 +2,7 @@
 //! over any ordered element type, so int64 compares exactly and bool tensors need no
 //! conversion. `ops::forward` brings the operands to one dtype first.
 
+use super::elementwise::ARITHMETIC_COST;
 use super::simd::{self, By, Repeat, Swapped};
 use crate::op::Cmp;
 use crate::{broadcast_shape, TResult};
@@ -42,7 +43,7 @@ pub fn logic(op: Cmp, x: &ArrayD<bool>, y: &ArrayD<bool>) -> TResult<ArrayD<bool
 }
 
 /// `max_of` or `min_of` of every pair of elements (`Cmp::pick`).
-pub fn pick<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
+pub fn pick<T: Copy + PartialOrd + Send + Sync>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> {
     // The flat cases of `zip2` through the vectorized loops (`clip` is two of these on every
     // gradient of a training step, a bound against a whole matrix).
     if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
@@ -51,9 +52,11 @@ pub fn pick<T: Copy + PartialOrd>(op: Cmp, x: &ArrayD<T>, y: &ArrayD<T>) -> TRes
         let f = By(move |p: T, q: T| op.pick(p, q));
         // One element over all n is a single run of `Spread`.
         let out = match (a.len() == n, b.len() == n) {
-            (true, true) => Some(simd::zip_into(a, b, f)),
-            (true, false) if b.len() == 1 => Some(simd::repeat_into(a, b, Repeat::Spread, f)),
-            (false, true) if a.len() == 1 => Some(simd::repeat_into(b, a, Repeat::Spread, Swapped(f))),
+            (true, true) => Some(simd::zip_into_par(a, b, f, ARITHMETIC_COST)),
+            (true, false) if b.len() == 1 => Some(simd::repeat_into_par(a, b, Repeat::Spread, f, ARITHMETIC_COST)),
+            (false, true) if a.len() == 1 => {
+                Some(simd::repeat_into_par(b, a, Repeat::Spread, Swapped(f), ARITHMETIC_COST))
+            }
             _ => None,
         };
         if let Some(out) = out {
