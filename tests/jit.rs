@@ -332,17 +332,10 @@ fn staged_outer_products_are_summed_as_one_product() {
              let w = cast (tensor [[0.5, -0.25, 1.0], [0.75, 0.1, -0.6], [0.3, 0.2, -0.9]])\n\
              let u = cast (tensor [[0.2, 0.4, -0.1], [1.5, -0.3, 0.7], [0.31, -1.27, 0.83]])\n\
              let h = cast (tensor [0.3, -0.7, 0.45])\n\
-             let j = jit (value_and_grad f)\n\
-             let () = println (value_and_grad f (w, u, h))\n\
-             let () = println (j (w, u, h))\n\
-             let () = println (value_and_grad f (w * 0.5, u, h - 0.25))\n\
-             let () = println (j (w * 0.5, u, h - 0.25))\n"
+             let j = jit (value_and_grad f)\n"
         );
-        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
-        assert!(r.ok, "dp failed:\n{}", r.stderr);
-        let out: Vec<&str> = r.stdout.lines().collect();
-        assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
-        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        let ir = staged_equals_unstaged_ir(dtype, &src, "(w, u, h)", "(w * 0.5, u, h - 0.25)");
+        let ir: Vec<&str> = ir.iter().map(String::as_str).collect();
         // w's and u's contributions: two products of stacked vectors, and no rank-1 update of
         // a matrix left (the `gemm_nn +=` of vectors are h's adjoints).
         let count = |s: &str| ir.iter().filter(|l| l.contains(s)).count();
@@ -369,21 +362,31 @@ fn row_adjoints_are_added_in_place_with_the_machines_numbers() {
              let xs = cast (tensor [[0.31, -1.27, 0.83], [1.12, -0.46, 0.58], [0.2, 0.4, -0.1], [1.5, -0.3, 0.7]])\n\
              let w = cast (tensor [[0.5, -0.25, 1.0], [0.75, 0.1, -0.6], [0.3, 0.2, -0.9]])\n\
              let h = cast (tensor [0.3, -0.7, 0.45])\n\
-             let j = jit (value_and_grad f)\n\
-             let () = println (value_and_grad f (xs, w, h))\n\
-             let () = println (j (xs, w, h))\n\
-             let () = println (value_and_grad f (xs * 0.5, w, h - 0.25))\n\
-             let () = println (j (xs * 0.5, w, h - 0.25))\n"
+             let j = jit (value_and_grad f)\n"
         );
-        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
-        assert!(r.ok, "dp failed:\n{}", r.stderr);
-        let out: Vec<&str> = r.stdout.lines().collect();
-        assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
-        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        let ir = staged_equals_unstaged_ir(dtype, &src, "(xs, w, h)", "(xs * 0.5, w, h - 0.25)");
+        let ir: Vec<&str> = ir.iter().map(String::as_str).collect();
         let count = |s: &str| ir.iter().filter(|l| l.contains(s)).count();
         // The first row's adjoint starts the gradient (spread into zeros); the other three add.
         assert_eq!((count("add_row"), count("ScatterRow")), (3, 1), "{dtype}: {ir:#?}");
     }
+}
+
+/// Runs `src` (which defines `f` and `j = jit (value_and_grad f)`) on two arguments, each
+/// through `value_and_grad f` and through `j`, with the IR dumped: the staged lines equal the
+/// unstaged ones to the last digit. Returns the IR's instruction lines.
+fn staged_equals_unstaged_ir(dtype: &str, src: &str, a: &str, b: &str) -> Vec<String> {
+    let src = format!(
+        "{src}let () = println (value_and_grad f {a})\n\
+         let () = println (j {a})\n\
+         let () = println (value_and_grad f {b})\n\
+         let () = println (j {b})\n"
+    );
+    let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    let out: Vec<&str> = r.stdout.lines().collect();
+    assert!(out.len() == 4 && out[0] == out[1] && out[2] == out[3], "{dtype}: {out:#?}");
+    r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).map(str::to_string).collect()
 }
 
 /// Pairs of lines, a staged run's and the unstaged run's of the same derivative: their numbers

@@ -470,11 +470,12 @@ impl Jit {
     /// The traced function returned `out`: compiles the trace, keeps it and runs it on the
     /// call's own argument.
     pub fn end(&mut self, out: &Value) -> FResult<Call> {
-        let Pending { trace, key, f, sig, leaves, started, vjp } =
+        let mut pending =
             self.pending.take().ok_or_else(|| Fault::internal("a staged call ended with no trace running"))?;
-        if let Some(vjp) = vjp {
-            return self.end_vjp(trace, key, f, sig, leaves, started, vjp);
+        if let Some(vjp) = pending.vjp.take() {
+            return self.end_vjp(pending, vjp);
         }
+        let Pending { trace, key, f, sig, leaves, started, .. } = pending;
         let traced = trace.finish(out)?;
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let (traced_in, optimising) = (ms(started), Instant::now());
@@ -606,18 +607,9 @@ impl Jit {
 
     /// The traced backward pass has run: splits the program of (x, ȳ) ↦ (y, x̄) (vjp.rs),
     /// keeps the two programs and runs the forward one on the call's argument.
-    #[allow(clippy::too_many_arguments)]
-    fn end_vjp(
-        &mut self,
-        trace: Trace,
-        key: usize,
-        f: Value,
-        sig: Vec<Sig>,
-        leaves: Vec<Value>,
-        started: Instant,
-        pending: PendingVjp,
-    ) -> FResult<Call> {
-        let PendingVjp { site, inner, result, .. } = pending;
+    fn end_vjp(&mut self, pending: Pending, vjp: PendingVjp) -> FResult<Call> {
+        let Pending { trace, key, f, sig, leaves, started, .. } = pending;
+        let PendingVjp { site, inner, result, .. } = vjp;
         let y = result.ok_or_else(|| Fault::internal("a staged call's grad ended unseeded"))?;
         // Read off the cells (not `grad`'s result, which leaves out the leaves inside
         // variants); `()` where nothing reaches a leaf, so that its cell is left alone rather

@@ -1066,6 +1066,28 @@ mod x86 {
         }
     }
 
+    /// The steps `steps` of `pack_lines_*`'s panel one element at a time (those past the last
+    /// whole block of the register transposes).
+    ///
+    /// # Safety
+    /// As for the `pack_lines_*` calling it: `d` holds `w` floats per step of the panel, and
+    /// every line l < lines is valid for reads at the steps.
+    #[inline(always)]
+    unsafe fn pack_steps_scalar(
+        d: *mut f32,
+        src: *const f32,
+        ld: isize,
+        lines: usize,
+        w: usize,
+        steps: std::ops::Range<usize>,
+    ) {
+        for p in steps {
+            for l in 0..w {
+                *d.add(p * w + l) = if l < lines { *src.offset(l as isize * ld).add(p) } else { 0.0 };
+            }
+        }
+    }
+
     /// Copies `lines` strided lines (line l at `src + l*ld`, kc contiguous floats each) into a
     /// panel of width w: dst[p*w + l] = line l at p, zero for l >= lines. A 16 × 16 register
     /// transpose per block instead of one scalar store per element.
@@ -1100,11 +1122,7 @@ mod x86 {
                 }
             }
         }
-        for p in full..kc {
-            for l in 0..w {
-                *d.add(p * w + l) = if l < lines { *src.offset(l as isize * ld).add(p) } else { 0.0 };
-            }
-        }
+        pack_steps_scalar(d, src, ld, lines, w, full..kc);
     }
 
     /// The unpacked product for small problems (see `SMALL_MAX_MNK`): column blocks of up to 64
@@ -1114,23 +1132,25 @@ mod x86 {
     /// The CPU has AVX-512F; `p` describes live views; B and C have unit column stride.
     #[target_feature(enable = "avx512f,fma")]
     pub(super) unsafe fn small_avx512(p: super::Problem) {
-        let mut j0 = 0;
-        while j0 < p.n {
-            let w = (p.n - j0).min(64);
-            let q = super::Problem {
-                n: w,
-                b: Mat { ptr: p.b.addr(0, j0), ..p.b },
-                c: MatMut { ptr: p.c.addr(0, j0), ..p.c },
-                ..p
-            };
-            match w.div_ceil(16) {
+        for q in column_blocks(p, 64) {
+            match q.n.div_ceil(16) {
                 1 => small_cols::<1>(q),
                 2 => small_cols::<2>(q),
                 3 => small_cols::<3>(q),
                 _ => small_cols::<4>(q),
             }
-            j0 += w;
         }
+    }
+
+    /// The blocks of at most `width` columns of B and C, left to right, as problems of their own.
+    #[inline(always)]
+    fn column_blocks(p: super::Problem, width: usize) -> impl Iterator<Item = super::Problem> {
+        (0..p.n).step_by(width).map(move |j0| super::Problem {
+            n: (p.n - j0).min(width),
+            b: Mat { ptr: p.b.addr(0, j0), ..p.b },
+            c: MatMut { ptr: p.c.addr(0, j0), ..p.c },
+            ..p
+        })
     }
 
     #[inline(always)]
@@ -1259,11 +1279,7 @@ mod x86 {
                 }
             }
         }
-        for p in full..kc {
-            for l in 0..w {
-                *d.add(p * w + l) = if l < lines { *src.offset(l as isize * ld).add(p) } else { 0.0 };
-            }
-        }
+        pack_steps_scalar(d, src, ld, lines, w, full..kc);
     }
 
     /// The unpacked product for small problems on AVX2 (see `SMALL_MAX_MNK`): column blocks
@@ -1276,15 +1292,8 @@ mod x86 {
     /// The CPU has AVX2 and FMA; `p` describes live views; B and C have unit column stride.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn small_avx2(p: super::Problem) {
-        let mut j0 = 0;
-        while j0 < p.n {
-            let w = (p.n - j0).min(16);
-            let q = super::Problem {
-                n: w,
-                b: Mat { ptr: p.b.addr(0, j0), ..p.b },
-                c: MatMut { ptr: p.c.addr(0, j0), ..p.c },
-                ..p
-            };
+        for q in column_blocks(p, 16) {
+            let w = q.n;
             if w.is_multiple_of(8) {
                 small_block_avx2(q);
             } else {
@@ -1301,7 +1310,6 @@ mod x86 {
                     };
                 });
             }
-            j0 += w;
         }
     }
 
