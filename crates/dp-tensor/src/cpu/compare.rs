@@ -8,22 +8,38 @@ use crate::op::Cmp;
 use crate::{broadcast_shape, TResult};
 use ndarray::{ArrayD, IxDyn, Zip};
 
+/// How two row-major operands fill a result of n elements without a broadcast iteration: both
+/// whole, or one whole against a single element. An operand with all n elements differs from
+/// the result's shape only by axes of length 1, so its row-major order is the result's.
+#[derive(Clone, Copy)]
+enum Flat {
+    Both,
+    OneRight,
+    OneLeft,
+}
+
+fn flat(a: usize, b: usize, n: usize) -> Option<Flat> {
+    match (a == n, b == n) {
+        (true, true) => Some(Flat::Both),
+        (true, false) if b == 1 => Some(Flat::OneRight),
+        (false, true) if a == 1 => Some(Flat::OneLeft),
+        _ => None,
+    }
+}
+
 /// out[i] = f(x[i], y[i]) with both broadcast to their joint shape.
 fn zip2<T: Copy, U>(x: &ArrayD<T>, y: &ArrayD<T>, f: impl Fn(T, T) -> U) -> TResult<ArrayD<U>> {
     let shape = broadcast_shape(x.shape(), y.shape())?;
     // Row-major operands of the result's size or of one element (`clip`'s bounds): a flat
     // loop. ndarray's broadcast iteration cost ~10× the comparison itself (a tenth of a staged
-    // W4 step clipped its gradients that way). An operand with all n elements differs from the
-    // result's shape only by axes of length 1, so its row-major order is the result's.
+    // W4 step clipped its gradients that way).
     if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
-        let n: usize = shape.iter().product();
-        let out: Option<Vec<U>> = match (a.len() == n, b.len() == n) {
-            (true, true) => Some(a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect()),
-            (true, false) if b.len() == 1 => Some(a.iter().map(|&p| f(p, b[0])).collect()),
-            (false, true) if a.len() == 1 => Some(b.iter().map(|&q| f(a[0], q)).collect()),
-            _ => None,
-        };
-        if let Some(out) = out {
+        if let Some(how) = flat(a.len(), b.len(), shape.iter().product()) {
+            let out: Vec<U> = match how {
+                Flat::Both => a.iter().zip(b).map(|(&p, &q)| f(p, q)).collect(),
+                Flat::OneRight => a.iter().map(|&p| f(p, b[0])).collect(),
+                Flat::OneLeft => b.iter().map(|&q| f(a[0], q)).collect(),
+            };
             return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
         }
     }
@@ -48,18 +64,14 @@ pub fn pick<T: Copy + PartialOrd + Send + Sync>(op: Cmp, x: &ArrayD<T>, y: &Arra
     // gradient of a training step, a bound against a whole matrix).
     if let (Some(a), Some(b)) = (x.as_slice(), y.as_slice()) {
         let shape = broadcast_shape(x.shape(), y.shape())?;
-        let n: usize = shape.iter().product();
-        let f = By(move |p: T, q: T| op.pick(p, q));
-        // One element over all n is a single run of `Spread`.
-        let out = match (a.len() == n, b.len() == n) {
-            (true, true) => Some(simd::zip_into_par(a, b, f, ARITHMETIC_COST)),
-            (true, false) if b.len() == 1 => Some(simd::repeat_into_par(a, b, Repeat::Spread, f, ARITHMETIC_COST)),
-            (false, true) if a.len() == 1 => {
-                Some(simd::repeat_into_par(b, a, Repeat::Spread, Swapped(f), ARITHMETIC_COST))
-            }
-            _ => None,
-        };
-        if let Some(out) = out {
+        if let Some(how) = flat(a.len(), b.len(), shape.iter().product()) {
+            let f = By(move |p: T, q: T| op.pick(p, q));
+            // One element over all n is a single run of `Spread`.
+            let out = match how {
+                Flat::Both => simd::zip_into_par(a, b, f, ARITHMETIC_COST),
+                Flat::OneRight => simd::repeat_into_par(a, b, Repeat::Spread, f, ARITHMETIC_COST),
+                Flat::OneLeft => simd::repeat_into_par(b, a, Repeat::Spread, Swapped(f), ARITHMETIC_COST),
+            };
             return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
         }
     }

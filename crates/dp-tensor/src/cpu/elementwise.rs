@@ -87,7 +87,7 @@ macro_rules! with_un {
 /// (`simd::in_pieces`): an arithmetic operation, and a function such as exp or tanh (its
 /// polynomial, about four times the time at the same vector width).
 pub(crate) const ARITHMETIC_COST: f64 = 10.0;
-const FUNCTION_COST: f64 = 40.0;
+pub(crate) const FUNCTION_COST: f64 = 40.0;
 
 /// The array of a tensor only this caller holds, when it is stored as `T`; or the tensor back.
 fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {

@@ -314,15 +314,10 @@ fn gemm_with(
         // FMAs, and the product then needs no packing at all.
         return with_scratch(k * n, |bt| {
             if unit(k, p.b.rs) {
+                let pack = if isa == Isa::Avx512 { Pack::Avx512 } else { Pack::Avx2 };
                 // SAFETY: `isa` is clamped to what the CPU has; the n columns of B are k
                 // contiguous floats each.
-                unsafe {
-                    if isa == Isa::Avx512 {
-                        x86::pack_lines_avx512(bt, p.b.ptr, p.b.cs, n, n, k)
-                    } else {
-                        x86::pack_lines_avx2(bt, p.b.ptr, p.b.cs, n, n, k)
-                    }
-                };
+                unsafe { pack.lines(bt, p.b.ptr, p.b.cs, n, n, k) };
             } else {
                 for (i, d) in bt.iter_mut().enumerate() {
                     // SAFETY: (i / n, i % n) is inside B.
@@ -565,19 +560,10 @@ fn pack_panels<K: Kernel>(dst: &mut [f32], a: Mat, i0: usize, mc: usize, p0: usi
                 }
             }
         } else if unit(kc, a.cs) {
-            #[cfg(target_arch = "x86_64")]
-            match K::PACK {
-                // SAFETY: `K` is only used when the CPU has its instruction set; rows i..i+rows,
-                // columns p0..p0+kc are inside A, each row contiguous.
-                Pack::Avx512 => {
-                    unsafe { x86::pack_lines_avx512(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
-                    continue;
-                }
-                Pack::Avx2 => {
-                    unsafe { x86::pack_lines_avx2(panel, a.addr(i, p0), a.rs, rows, mr_, kc) };
-                    continue;
-                }
-                Pack::Scalar => {}
+            // SAFETY: `K` is only used when the CPU has its instruction set; rows i..i+rows,
+            // columns p0..p0+kc are inside A, each row contiguous.
+            if unsafe { K::PACK.lines(panel, a.addr(i, p0), a.rs, rows, mr_, kc) } {
+                continue;
             }
             // Row-major A: read each row contiguously, write it with stride MR.
             for ii in 0..rows {
@@ -626,6 +612,36 @@ enum Pack {
     /// 16 × 16 register transposes (`x86::pack_lines_avx512`).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx512,
+}
+
+impl Pack {
+    /// The panel copy of `x86::pack_lines_*` (`lines` lines at `src + l*ld`, kc contiguous
+    /// floats each, into a panel of width w) with this instruction set; false, copying
+    /// nothing, for `Scalar`, whose copy the caller writes.
+    ///
+    /// # Safety
+    /// The CPU has the instruction set; as for `x86::pack_lines_avx512` otherwise.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    unsafe fn lines(self, dst: &mut [f32], src: *const f32, ld: isize, lines: usize, w: usize, kc: usize) -> bool {
+        match self {
+            Pack::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller's contract.
+            Pack::Avx2 => {
+                unsafe { x86::pack_lines_avx2(dst, src, ld, lines, w, kc) };
+                true
+            }
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller's contract.
+            Pack::Avx512 => {
+                unsafe { x86::pack_lines_avx512(dst, src, ld, lines, w, kc) };
+                true
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
 }
 
 /// Stores a finished tile `t` (row stride `ld`) into an arbitrary-stride or partial C tile.

@@ -112,9 +112,10 @@ impl<T: Real> Backend for ArrayD<T> {
             if n > 0 {
                 // Rows are independent: pieces of whole rows on the pool when it pays (an exp and
                 // a few operations an element).
+                let cost = elementwise::FUNCTION_COST + elementwise::ARITHMETIC_COST;
                 // SAFETY: `softmax_rows` writes every row of its piece (n divides the piece).
                 let out =
-                    unsafe { simd::build_in_pieces(data.len(), n, 50.0, &|r, d| softmax_rows(&data[r], n, log, d)) };
+                    unsafe { simd::build_in_pieces(data.len(), n, cost, &|r, d| softmax_rows(&data[r], n, log, d)) };
                 return Ok(ArrayD::from_shape_vec(self.raw_dim(), out).map_err(|e| e.to_string())?);
             }
         }
