@@ -1605,7 +1605,7 @@ mod pool {
     /// How long an idle worker keeps polling for the next job before it sleeps: products issued
     /// back to back (a training step) then skip the wake-up. Polling yields the CPU, because
     /// the scheduler may have put the worker on the caller's own CPU.
-    const WORKER_POLL: Duration = Duration::from_micros(300);
+    const WORKER_POLL: Duration = Duration::from_micros(5000);
     /// How long the caller polls for claimed chunks to finish before it sleeps.
     const CALLER_POLL: Duration = Duration::from_micros(2000);
 

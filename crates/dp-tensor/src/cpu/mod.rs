@@ -16,7 +16,25 @@ pub mod vmath;
 use crate::op::Conv;
 use crate::ops::Backend;
 use crate::{fmt_shape, Real, TResult, Tensor, TensorError};
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{ArrayD, ArrayViewD, Axis, CowArray, IxDyn};
+
+/// The sum over `axis` of `a`: dp's row-at-a-time loop (`simd::sum_middle`, ndarray's
+/// order) when `a` is row-major and the axis is not the innermost, ndarray's otherwise (an
+/// innermost axis is a contiguous lane, which ndarray sums well).
+fn sum_over<T: Real>(a: ArrayViewD<T>, axis: usize) -> ArrayD<T> {
+    let shape = a.shape();
+    let inner: usize = shape[axis + 1..].iter().product();
+    match a.as_slice() {
+        Some(data) if inner > 1 => {
+            let outer: usize = shape[..axis].iter().product();
+            let out = simd::sum_middle(data, outer, shape[axis], inner, elementwise::ARITHMETIC_COST);
+            let mut dims = shape.to_vec();
+            dims.remove(axis);
+            ArrayD::from_shape_vec(IxDyn(&dims), out).unwrap_or_else(|_| a.sum_axis(Axis(axis)))
+        }
+        _ => a.sum_axis(Axis(axis)),
+    }
+}
 
 /// The CPU backend, once for both floating dtypes.
 impl<T: Real> Backend for ArrayD<T> {
@@ -61,20 +79,21 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(self.iter().next().map_or(0.0, |x| x.to_f64().unwrap_or(f64::NAN)))
     }
     fn sum_axis(&self, axis: usize, mean: bool) -> TResult<Self> {
-        let s = ArrayD::sum_axis(self, Axis(axis));
+        let s = sum_over(self.view(), axis);
         Ok(if mean { s / T::of_f64(self.shape()[axis].max(1) as f64) } else { s })
     }
     fn sum_to(&self, shape: &[usize]) -> TResult<Self> {
         if self.shape() == shape {
             return Ok(self.clone());
         }
-        let mut a = self.clone();
+        // Borrowed until the first sum: the operand itself is never copied.
+        let mut a = CowArray::from(self.view());
         while a.ndim() > shape.len() {
-            a = a.sum_axis(Axis(0));
+            a = CowArray::from(sum_over(a.view(), 0));
         }
         for (i, &d) in shape.iter().enumerate() {
             if d == 1 && a.shape()[i] != 1 {
-                a = a.sum_axis(Axis(i)).insert_axis(Axis(i));
+                a = CowArray::from(sum_over(a.view(), i).insert_axis(Axis(i)));
             }
         }
         if a.shape() != shape {
@@ -85,7 +104,7 @@ impl<T: Real> Backend for ArrayD<T> {
             )
             .into());
         }
-        Ok(a)
+        Ok(a.into_owned())
     }
     fn broadcast_to(&self, shape: &[usize]) -> TResult<Self> {
         layout::broadcast_to(self, shape)

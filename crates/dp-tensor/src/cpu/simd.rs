@@ -395,6 +395,44 @@ pub(crate) fn repeat_into_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
     unsafe { build_in_pieces(n, granule, cost_each, &write) }
 }
 
+/// The sums over the middle axis of a row-major [outer, n, inner] array `a`, as a row-major
+/// [outer, inner] vector: out[o, c] = 0 + a[o, 0, c] + a[o, 1, c] + … — ndarray's `sum_axis`
+/// order for an axis that is not the innermost, so results are the same to the bit (a sign of
+/// zero included), but whole rows at a time with vector adds instead of ndarray's per-row
+/// iteration; over the threads when large. A gradient's bias and layer-norm parameters are
+/// such sums of [batch, features] adjoints.
+pub(crate) fn sum_middle<T: Copy + Send + Sync + num_traits::Zero>(
+    a: &[T],
+    outer: usize,
+    n: usize,
+    inner: usize,
+    cost_each: f64,
+) -> Vec<T> {
+    let len = outer * inner;
+    if a.len() < len * n || inner == 0 {
+        return vec![T::zero(); len];
+    }
+    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
+        d.fill(MaybeUninit::new(T::zero()));
+        // SAFETY: every element was just written.
+        let d = unsafe { &mut *(d as *mut [MaybeUninit<T>] as *mut [T]) };
+        // The range crosses blocks of `inner` outputs; each segment sums its own column range.
+        let mut at = r.start;
+        while at < r.end {
+            let (o, c0) = (at / inner, at % inner);
+            let c1 = inner.min(c0 + (r.end - at));
+            let seg = &mut d[at - r.start..at - r.start + (c1 - c0)];
+            for i in 0..n {
+                let row = (o * n + i) * inner;
+                zip_in_place(seg, &a[row + c0..row + c1], By(|x: T, y: T| x + y));
+            }
+            at += c1 - c0;
+        }
+    };
+    // SAFETY: `write` fills every element of each piece.
+    unsafe { build_in_pieces(len, 1, cost_each * n as f64, &write) }
+}
+
 /// [f(s[i])], over the threads when `s` is large (`in_pieces`).
 pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
     // SAFETY: `map_to` writes every element of a piece as long as its operand.
@@ -466,6 +504,21 @@ pub(crate) mod tests {
             map_in_place_par(&mut y, f, 40.0);
             assert_eq!(bits(&y), bits(&want));
         });
+    }
+
+    #[test]
+    fn middle_sums_are_ndarrays_to_the_bit() {
+        use ndarray::{Array3, Axis};
+        // Shapes whose output pieces cross blocks of `inner`, on one thread and in pieces.
+        for (outer, n, inner) in [(1, 7, 5), (3, 1, 2), (5, 300, 33), (2, 40, PIECE + 17), (4, 0, 3)] {
+            let mut x = data(outer * n * inner);
+            x.iter_mut().step_by(7).for_each(|v| *v = -0.0);
+            let want = Array3::from_shape_vec((outer, n, inner), x.clone()).unwrap().sum_axis(Axis(1));
+            let want = bits(want.as_slice().unwrap());
+            assert_eq!(bits(&sum_middle(&x, outer, n, inner, 0.0)), want, "{outer} {n} {inner}");
+            let par = crate::cpu::gemm::with_forced_parallel(|| sum_middle(&x, outer, n, inner, 10.0));
+            assert_eq!(bits(&par), want, "{outer} {n} {inner} in pieces");
+        }
     }
 
     #[test]
