@@ -54,9 +54,7 @@ impl<T: Real> Backend for ArrayD<T> {
             return batched_product(self, b);
         }
         let shape: Vec<usize> = xs[..xs.len() - 1].iter().chain(&ys[1..]).copied().collect();
-        let mut out = ArrayD::zeros(IxDyn(&shape));
-        product_into(&mut out, self, false, b, false, T::zero())?;
-        Ok(out)
+        product_result(&shape, |out| product_into_view(out, self, false, b, false, T::zero()))
     }
     fn sum_all(&self) -> TResult<f64> {
         Ok(self.iter().fold(0.0, |s, &x| s + x.to_f64().unwrap_or(f64::NAN)))
@@ -308,9 +306,31 @@ fn batched_product<T: Real>(x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> 
     let ((bx, m, k), (by, _, n)) = (crate::op::as_stack(xs, true), crate::op::as_stack(ys, false));
     let batch = crate::broadcast_shape(&bx, &by)?;
     let (ix, iy) = (batch_index(&bx, &batch), batch_index(&by, &batch));
-    let mut out = vec![T::zero(); ix.len() * m * n];
-    stacked_products(&mut out, (x, false, &ix), (y, false, &iy), (m, k, n), T::zero())?;
-    Ok(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?)
+    product_result(&out_shape, |mut out| {
+        let out = out.as_slice_mut().ok_or_else(|| TensorError::internal("a product's result is not contiguous"))?;
+        stacked_products(out, (x, false, &ix), (y, false, &iy), (m, k, n), T::zero())
+    })
+}
+
+/// A product's result of `shape`, written by `fill` as a beta = 0 product. Float32's own
+/// kernels write every element of C and never read it when beta = 0 (gemm's tests start C as
+/// NaN), so its buffer is not zeroed first (that memset was ~5% of a Transformer step);
+/// float64's products go through ndarray and matrixmultiply, so theirs is.
+fn product_result<T: Real>(
+    shape: &[usize],
+    fill: impl FnOnce(ndarray::ArrayViewMutD<T>) -> TResult<()>,
+) -> TResult<ArrayD<T>> {
+    if T::DTYPE != crate::DType::F32 {
+        let mut out = ArrayD::zeros(IxDyn(shape));
+        fill(out.view_mut())?;
+        return Ok(out);
+    }
+    let mut out = ArrayD::<T>::uninit(IxDyn(shape));
+    // SAFETY: the view is row-major over the whole buffer and only written through: `fill`'s
+    // beta = 0 float32 product stores every element without reading any.
+    fill(unsafe { out.raw_view_mut().cast::<T>().deref_into_view_mut() })?;
+    // SAFETY: as above, every element has been written.
+    Ok(unsafe { out.assume_init() })
 }
 
 /// A stack operand of `stacked_products`: the array, whether each matrix is used transposed,
@@ -382,6 +402,19 @@ pub fn product_into<T: Real>(
     ty: bool,
     beta: T,
 ) -> TResult<()> {
+    product_into_view(out.view_mut(), x, tx, y, ty, beta)
+}
+
+/// `product_into` for a view of the result. With beta = 0 every element of `out` is written
+/// and none is read.
+fn product_into_view<T: Real>(
+    mut out: ndarray::ArrayViewMutD<T>,
+    x: &ArrayD<T>,
+    tx: bool,
+    y: &ArrayD<T>,
+    ty: bool,
+    beta: T,
+) -> TResult<()> {
     use ndarray::{Ix1, Ix2};
     fn m2<T: Real>(t: &ArrayD<T>, transposed: bool) -> TResult<ndarray::ArrayView2<'_, T>> {
         let v = t.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())?;
@@ -439,7 +472,7 @@ pub fn product_into<T: Real>(
         (1, 1, 0) => {
             let d = v1(x)?.dot(&v1(y)?);
             let o = out.first_mut().ok_or_else(bad)?;
-            *o = d + beta * *o;
+            *o = if beta == T::zero() { d } else { d + beta * *o };
         }
         _ => return Err(bad()),
     }
@@ -452,6 +485,28 @@ mod tests {
 
     fn arr(shape: &[usize], f: impl Fn(usize) -> f64) -> ArrayD<f64> {
         ArrayD::from_shape_vec(IxDyn(shape), (0..shape.iter().product()).map(f).collect()).unwrap()
+    }
+
+    #[test]
+    fn float32_products_write_every_element_of_their_unzeroed_result() {
+        // Every path of `@` for float32 against float64's (zeroed) result: matrix, matrix by
+        // vector each side, vector by vector, an empty inner axis, a broadcast batch.
+        let cases: [(&[usize], &[usize]); 7] = [
+            (&[5, 3], &[3, 4]),
+            (&[5, 3], &[3]),
+            (&[3], &[3, 4]),
+            (&[3], &[3]),
+            (&[4, 0], &[0, 6]),
+            (&[2, 5, 3], &[3, 4]),
+            (&[3, 1, 4, 5], &[2, 5, 2]),
+        ];
+        for (xs, ys) in cases {
+            let (x, y) = (arr(xs, |i| (i % 7) as f64 - 2.5), arr(ys, |i| (i % 5) as f64 * 0.5 - 1.0));
+            let want = x.matmul(&y).unwrap();
+            let got = x.mapv(|v| v as f32).matmul(&y.mapv(|v| v as f32)).unwrap();
+            assert_eq!(got.shape(), want.shape(), "{xs:?} @ {ys:?}");
+            assert_eq!(got.mapv(|v| v as f64), want, "{xs:?} @ {ys:?}");
+        }
     }
 
     #[test]
