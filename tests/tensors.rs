@@ -1111,6 +1111,34 @@ fn expect_lines(src: &str, want: &[&str]) {
 }
 
 #[test]
+fn slices_of_one_tensor_add_their_adjoints_into_one_buffer() {
+    // Overlapping slices along both axes: the later adjoints are added into the buffer the
+    // first one made, in place; the primal (printed after) must stay untouched.
+    let body = |dtype: &str| {
+        format!(
+            r#"
+let x = astype "{dtype}" (tensor [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+let f x = sum (slice x 1 0 2 * 2.0) + sum (slice x 1 1 3 * 3.0) + sum (slice x 0 1 2 ** 2.0)
+println (to_list (grad f x))
+println (to_list x)
+let (v, g) = value_and_grad (fun x -> f x + sum (slice x 0 0 1)) x
+println (v, to_list g)
+"#
+        )
+    };
+    for dtype in ["float32", "float64"] {
+        expect_lines(
+            &body(dtype),
+            &[
+                "[2.0, 5.0, 3.0, 10.0, 15.0, 15.0]",
+                "[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]",
+                "(155.0, [3.0, 6.0, 4.0, 10.0, 15.0, 15.0])",
+            ],
+        );
+    }
+}
+
+#[test]
 fn broadcasting_shapes() {
     expect_lines(
         r#"

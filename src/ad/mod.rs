@@ -715,6 +715,11 @@ fn run_backward<H: Host>(m: &mut H, mut state: GradState, y: Value) -> FResult<B
                 let OpFrame { out, op, inputs, primals } = *frame;
                 outer.flush(m, &out)?;
                 let Some(g) = out.adj.borrow_mut().take() else { continue };
+                if let (TOp::Slice(axis, lo, _), [Some(cell)]) = (&op, inputs.as_slice()) {
+                    if tensor::slice_adjoint_into(cell, *axis, *lo, &g) {
+                        continue;
+                    }
+                }
                 let mut needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
                 if op == TOp::MatMul {
                     for (i, inp) in inputs.iter().enumerate() {

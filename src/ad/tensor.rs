@@ -33,6 +33,19 @@ pub fn call<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value> {
     ad::tensor_op(m, op, args)
 }
 
+/// The reverse rule of `slice` straight into the operand's adjoint buffer: once that buffer
+/// exists (a tensor nobody else holds), each slice's adjoint is added into its place, instead
+/// of being spread over a zero tensor of the operand's shape and added whole (attention's q, k
+/// and v are three slices of one product). False when the rule must run as usual: the first
+/// slice, whose result becomes the buffer; perturbed adjoints (nested levels); a buffer or
+/// adjoint of another device or dtype.
+pub(super) fn slice_adjoint_into(cell: &crate::runtime::perturbed::Tracked, axis: usize, lo: usize, g: &Value) -> bool {
+    let Value::Tensor(g) = g else { return false };
+    let mut slot = cell.adj.borrow_mut();
+    let Some(Value::Tensor(buf)) = slot.as_mut() else { return false };
+    std::rc::Rc::get_mut(buf).is_some_and(|buf| buf.add_into_slice(axis, lo, g))
+}
+
 /// Whether `op` leaves its one tensor operand as it is: a reshape, broadcast or sum to the
 /// shape it already has, or the identity permutation (einsum's lowering and the batched
 /// product's rule emit them for every operand). The operand is then the result: a CPU tensor

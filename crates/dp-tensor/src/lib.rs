@@ -346,6 +346,16 @@ impl Tensor {
         }
         Ok(())
     }
+    /// `self[…, lo..lo + n, …] += g` along `axis` (n = g's length there), in place: the
+    /// reverse rule of `slice` adds into an adjoint buffer this way. False, with nothing
+    /// written, unless both are CPU tensors of one floating dtype and `g` fits there.
+    pub fn add_into_slice(&mut self, axis: usize, lo: usize, g: &Tensor) -> bool {
+        match (&mut self.storage, &g.storage) {
+            (Storage::F32(a), Storage::F32(b)) => cpu::layout::add_into_slice(a, axis, lo, b),
+            (Storage::F64(a), Storage::F64(b)) => cpu::layout::add_into_slice(a, axis, lo, b),
+            _ => false,
+        }
+    }
     /// The position of the first largest element (row-major), None when empty; a GPU tensor
     /// reads back only the index. NaN is the largest (as NumPy's `argmax`).
     pub fn argmax(&self) -> TResult<Option<usize>> {

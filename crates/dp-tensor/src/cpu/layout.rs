@@ -96,6 +96,20 @@ pub fn slice<T: Clone>(a: &ArrayD<T>, axis: usize, lo: usize, hi: usize) -> Arra
     a.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned()
 }
 
+/// `a[…, lo..lo + n, …] += g` along `axis` (n = g's length there), in place; false, with
+/// nothing written, when `g` does not fit there.
+pub fn add_into_slice<T: Clone + std::ops::AddAssign>(a: &mut ArrayD<T>, axis: usize, lo: usize, g: &ArrayD<T>) -> bool {
+    let (s, gs) = (a.shape(), g.shape());
+    let fits = s.len() == gs.len()
+        && axis < s.len()
+        && lo + gs[axis] <= s[axis]
+        && (0..s.len()).all(|i| i == axis || s[i] == gs[i]);
+    if fits {
+        a.slice_axis_mut(Axis(axis), Slice::from(lo..lo + gs[axis])).zip_mut_with(g, |x, y| *x += y.clone());
+    }
+    fits
+}
+
 /// How a row-major `y` broadcast to `shape` repeats as flat blocks: along leading axes (a
 /// bias: its shape a suffix of the result's, repeated block by block) or trailing ones (a
 /// per-row statistic such as layer norm's mean, [n, 1]: each element spread over a block);
