@@ -333,8 +333,8 @@ impl Tensor {
             )));
         }
         match (&mut self.storage, &other.storage) {
-            (Storage::F32(a), Storage::F32(b)) => *a += b,
-            (Storage::F64(a), Storage::F64(b)) => *a += b,
+            (Storage::F32(a), Storage::F32(b)) if a.shape() == b.shape() => cpu::elementwise::add_in_place(a, b),
+            (Storage::F64(a), Storage::F64(b)) if a.shape() == b.shape() => cpu::elementwise::add_in_place(a, b),
             (Storage::Gpu(g), Storage::Gpu(src)) => match g.unique_mut() {
                 Some(dst) => gpu::kernels::accumulate(dst, src)?,
                 None => *g = gpu::kernels::binary(Bin::Add, g, src)?,

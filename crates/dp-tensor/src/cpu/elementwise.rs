@@ -104,19 +104,25 @@ fn real<T: Real>(t: &Tensor) -> TResult<&ArrayD<T>> {
     })
 }
 
-/// dst[i] = g(dst[i], src[i]), with `src` broadcast to `dst`'s shape.
+/// dst[i] = g(dst[i], src[i]), with `src` broadcast to `dst`'s shape; over the threads when
+/// large.
 #[inline(always)]
-fn update<T: Copy>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Elem2<T>) {
+fn update<T: Copy + Send + Sync>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Elem2<T> + Sync, cost_each: f64) {
     let how = repeat_of(src, dst.shape());
     if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
         if d.len() == s.len() && how.is_some() {
-            return simd::zip_in_place(d, s, g);
+            return simd::zip_in_place_par(d, s, g, cost_each);
         }
         if let Some(how) = how {
-            return simd::repeat_in_place(d, s, how, g);
+            return simd::repeat_in_place_par(d, s, how, g, cost_each);
         }
     }
     dst.zip_mut_with(src, |p, &q| *p = g.call(*p, q));
+}
+
+/// dst += src (src broadcast to dst's shape), in place: an adjoint's accumulation.
+pub(crate) fn add_in_place<T: Real>(dst: &mut ArrayD<T>, src: &ArrayD<T>) {
+    update(dst, src, By(|x: T, y: T| x + y), ARITHMETIC_COST)
 }
 
 /// A new array of `shape` with out[i] = f(x[i], y[i]), both broadcast to `shape`.
@@ -193,11 +199,12 @@ pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
 
 fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
     let shape = broadcast_shape(a.shape(), b.shape())?;
+    let cost = if op == Bin::Pow { FUNCTION_COST } else { ARITHMETIC_COST };
     with_bin!(op, T, f, {
         let a = if a.shape() == shape.as_slice() {
             match owned::<T>(a) {
                 Ok(mut x) => {
-                    update(&mut x, real::<T>(&b)?, By(f));
+                    update(&mut x, real::<T>(&b)?, By(f), cost);
                     return Ok(Tensor::from_real(x));
                 }
                 Err(a) => a,
@@ -208,7 +215,7 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         let b = if b.shape() == shape.as_slice() {
             match owned::<T>(b) {
                 Ok(mut y) => {
-                    update(&mut y, real::<T>(&a)?, Swapped(By(f)));
+                    update(&mut y, real::<T>(&a)?, Swapped(By(f)), cost);
                     return Ok(Tensor::from_real(y));
                 }
                 Err(b) => b,
@@ -216,7 +223,6 @@ fn binary_real<T: Real>(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor
         } else {
             b
         };
-        let cost = if op == Bin::Pow { FUNCTION_COST } else { ARITHMETIC_COST };
         fresh(real::<T>(&a)?, real::<T>(&b)?, &shape, By(f), cost).map(Tensor::from_real)
     })
 }

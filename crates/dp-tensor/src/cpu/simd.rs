@@ -330,6 +330,43 @@ pub(crate) fn map_in_place_par<T: Copy + Send, F: Elem1<T> + Sync>(s: &mut [T], 
     in_pieces(n, cost_each, &|r| map_in_place(unsafe { at.piece(r) }, f));
 }
 
+/// d[i] = f(d[i], s[i]) (d and s of one length), over the threads when large.
+pub(crate) fn zip_in_place_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(d: &mut [T], s: &[T], f: F, cost_each: f64) {
+    let (n, at) = (d.len().min(s.len()), Shared(d.as_mut_ptr()));
+    // SAFETY: the pieces are disjoint ranges of `d`, which is borrowed for the whole call.
+    in_pieces(n, cost_each, &|r| zip_in_place(unsafe { at.piece(r.clone()) }, &s[r], f));
+}
+
+/// d[i] = f(d[i], y repeated `how`) (len(y) divides len(d)), over the threads when large, in
+/// pieces of whole repetitions (`Cycle`) or whole runs (`Spread`) as `repeat_into_par`.
+pub(crate) fn repeat_in_place_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
+    d: &mut [T],
+    y: &[T],
+    how: Repeat,
+    f: F,
+    cost_each: f64,
+) {
+    let n = d.len();
+    if y.is_empty() || !n.is_multiple_of(y.len()) {
+        return;
+    }
+    let run = n / y.len();
+    let granule = match how {
+        Repeat::Cycle => y.len(),
+        Repeat::Spread => run,
+    };
+    let at = Shared(d.as_mut_ptr());
+    let piece = |r: std::ops::Range<usize>| {
+        let ys = match how {
+            Repeat::Cycle => y,
+            Repeat::Spread => &y[r.start / run..r.end.div_ceil(run)],
+        };
+        // SAFETY: the pieces are disjoint ranges of `d`, borrowed for the whole call.
+        repeat_in_place(unsafe { at.piece(r) }, ys, how, f)
+    };
+    in_pieces_of(n, granule, cost_each, &piece);
+}
+
 /// Fills the piece of a result that covers the given range of its elements.
 pub(crate) type PieceWriter<'a, T> = dyn Fn(std::ops::Range<usize>, &mut [MaybeUninit<T>]) + Sync + 'a;
 
@@ -504,6 +541,22 @@ pub(crate) mod tests {
             map_in_place_par(&mut y, f, 40.0);
             assert_eq!(bits(&y), bits(&want));
         });
+        // The in-place binary loops, against the same loops on one thread.
+        let (y, short) = (data(x.len() + 5)[5..].to_vec(), data(3 * 41)[..41].to_vec());
+        let g = By(|p: f32, q: f32| p * q - q);
+        let mut zipped = x.clone();
+        zip_in_place(&mut zipped, &y, g);
+        let long: Vec<f32> = x[..41 * 1000].to_vec();
+        for how in [Repeat::Cycle, Repeat::Spread] {
+            let mut want = long.clone();
+            repeat_in_place(&mut want, &short, how, g);
+            let mut got = long.clone();
+            crate::cpu::gemm::with_forced_parallel(|| repeat_in_place_par(&mut got, &short, how, g, 10.0));
+            assert_eq!(bits(&got), bits(&want), "{how:?}");
+        }
+        let mut got = x.clone();
+        crate::cpu::gemm::with_forced_parallel(|| zip_in_place_par(&mut got, &y, g, 10.0));
+        assert_eq!(bits(&got), bits(&zipped));
     }
 
     #[test]
