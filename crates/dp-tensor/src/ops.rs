@@ -225,7 +225,7 @@ fn is_layout(op: &TOp) -> bool {
 }
 
 /// A layout operation on int64 or bool tensors (all of one dtype: `of` reads it).
-fn apply_layout<T: Clone>(
+fn apply_layout<T: Copy + Send + Sync>(
     op: &TOp,
     args: &[&Tensor],
     of: impl Fn(&Tensor) -> Option<&ArrayD<T>>,
@@ -256,7 +256,7 @@ fn apply_layout<T: Clone>(
 pub fn reshape_owned(t: Tensor, shape: &[usize]) -> TResult<Tensor> {
     let op = TOp::Reshape(shape.to_vec());
     op.check(&[&t])?;
-    fn moved<T: Clone>(a: ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
+    fn moved<T: Copy + Send + Sync>(a: ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
         if a.is_standard_layout() {
             Ok(a.into_shape_with_order(ndarray::IxDyn(shape)).map_err(|e| e.to_string())?)
         } else {

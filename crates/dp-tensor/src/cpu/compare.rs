@@ -7,6 +7,7 @@ use super::simd::{self, By, Repeat, Swapped};
 use crate::op::Cmp;
 use crate::{broadcast_shape, TResult};
 use ndarray::{ArrayD, IxDyn, Zip};
+use std::mem::MaybeUninit;
 
 /// How two row-major operands fill a result of n elements without a broadcast iteration: both
 /// whole, or one whole against a single element. An operand with all n elements differs from
@@ -79,7 +80,7 @@ pub fn pick<T: Copy + PartialOrd + Send + Sync>(op: Cmp, x: &ArrayD<T>, y: &Arra
 }
 
 /// `a` where `c`, else `b`, the three broadcast together.
-pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResult<ArrayD<T>> {
+pub fn select<T: Copy + Send + Sync>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResult<ArrayD<T>> {
     let shape = broadcast_shape(&broadcast_shape(c.shape(), a.shape())?, b.shape())?;
     // The selects of models (a mask over the last axes, a constant on one side, the operands
     // of a reverse rule) repeat each operand's elements in whole blocks: a flat loop over
@@ -97,7 +98,9 @@ pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResul
             }
         }
         let (cs, xs, ys) = (spread(cs, p), spread(xs, p), spread(ys, p));
-        let out = select_blocks(&cs, &xs, &ys, n, p);
+        let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| select_blocks(&cs, &xs, &ys, r, p, d);
+        // SAFETY: the pieces are whole blocks (granule p, which divides n), each written whole.
+        let out = unsafe { simd::build_in_pieces(n, p, ARITHMETIC_COST, &write) };
         return Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?);
     }
     let cb = c.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
@@ -108,11 +111,17 @@ pub fn select<T: Copy>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD<T>) -> TResul
 
 /// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
 /// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`.
-/// `select`'s flat loop: n elements in blocks of p, each operand's blocks repeating.
+/// `select`'s flat loop over the elements `r` of the result (whole blocks of p), into `out`.
 #[inline(always)]
-fn select_blocks_body<T: Copy>(cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usize) -> Vec<T> {
-    let mut out = super::simd::unwritten(n);
-    for (start, out) in (0..n).step_by(p).zip(out.spare_capacity_mut()[..n].chunks_exact_mut(p)) {
+fn select_blocks_body<T: Copy>(
+    cs: &[bool],
+    xs: &[T],
+    ys: &[T],
+    r: std::ops::Range<usize>,
+    p: usize,
+    out: &mut [MaybeUninit<T>],
+) {
+    for (start, out) in r.step_by(p).zip(out.chunks_exact_mut(p)) {
         let block = |len: usize| start % len..start % len + p;
         let (c, x, y) = (&cs[block(cs.len())], &xs[block(xs.len())], &ys[block(ys.len())]);
         // Both operands loaded and the flag (a byte) choosing between the values: written as
@@ -124,9 +133,6 @@ fn select_blocks_body<T: Copy>(cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usi
             out[i].write(std::hint::select_unpredictable(c[i] != 0, x[i], y[i]));
         }
     }
-    // SAFETY: p divides n (every operand's block length is a product of trailing axes of the
-    // n-element shape), so the blocks cover all n elements.
-    unsafe { super::simd::written(out, n) }
 }
 
 /// The bytes of a `bool` slice (each 0 or 1).
@@ -137,7 +143,7 @@ fn bytemuck_bools(c: &[bool]) -> &[u8] {
 }
 
 super::simd::widened! {
-    fn select_blocks[T: Copy](cs: &[bool], xs: &[T], ys: &[T], n: usize, p: usize) -> Vec<T> => select_blocks_body
+    fn select_blocks[T: Copy](cs: &[bool], xs: &[T], ys: &[T], r: std::ops::Range<usize>, p: usize, out: &mut [MaybeUninit<T>]) -> () => select_blocks_body
 }
 
 fn repeated<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<&'a [T]> {
@@ -166,6 +172,21 @@ mod tests {
 
     fn a<T: Clone>(shape: &[usize], v: &[T]) -> ArrayD<T> {
         ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn selects_in_pieces_agree_with_the_broadcast_iteration() {
+        // A mask over the last two axes against a batch, and a scalar on the other side.
+        let (b, t) = (9, 64);
+        let c = ArrayD::from_shape_fn(IxDyn(&[t, t]), |i| i[1] <= i[0]);
+        let x = ArrayD::from_shape_fn(IxDyn(&[b, t, t]), |i| (i[0] * 7 + i[1] * 3 + i[2]) as f32);
+        let y = a(&[1], &[-1.0f32]);
+        let want = Zip::from(&c.broadcast(IxDyn(&[b, t, t])).unwrap())
+            .and(&x)
+            .and(&y.broadcast(IxDyn(&[b, t, t])).unwrap())
+            .map_collect(|&c, &p, &q| if c { p } else { q });
+        let got = crate::cpu::gemm::with_forced_parallel(|| select(&c, &x, &y).unwrap());
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -28,14 +28,16 @@ fn positions(indices: &ArrayD<i64>, n: usize, shape: &[usize], axis: usize) -> T
 fn take<T: Clone>(t: &ArrayD<T>, axis: usize, pos: &[usize], ishape: &[usize]) -> TResult<ArrayD<T>> {
     let picked = t.select(Axis(axis), pos);
     let shape: Vec<usize> = t.shape()[..axis].iter().chain(ishape).chain(&t.shape()[axis + 1..]).copied().collect();
-    crate::cpu::layout::reshape(&picked, &shape)
+    // `select`'s result is row-major and this function's own: reshaped without a copy.
+    Ok(picked.as_standard_layout().into_owned().into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?)
 }
 
 /// Zeros of `shape` with `g`'s slices (g laid out as `take`'s result) added at `pos`.
 fn scatter_add<T: Real>(g: &ArrayD<T>, axis: usize, pos: &[usize], shape: &[usize]) -> TResult<ArrayD<T>> {
     let mut flat_shape = shape.to_vec();
     flat_shape[axis] = pos.len();
-    let g = crate::cpu::layout::reshape(g, &flat_shape)?;
+    let g = g.as_standard_layout();
+    let g = g.view().into_shape_with_order(IxDyn(&flat_shape)).map_err(|e| e.to_string())?;
     let mut out = ArrayD::<T>::zeros(IxDyn(shape));
     for (j, &p) in pos.iter().enumerate() {
         let mut dst = out.index_axis_mut(Axis(axis), p);

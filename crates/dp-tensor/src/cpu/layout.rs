@@ -2,7 +2,8 @@
 //! slices, concatenation, broadcasting), for every dtype: the floating backend and the int64
 //! and bool tensors share these.
 
-use super::simd::Repeat;
+use super::simd::{self, Repeat};
+use std::mem::MaybeUninit;
 use crate::{fmt_shape, TResult};
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
 
@@ -35,10 +36,29 @@ pub fn broadcast_to<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<
     Ok(b.to_owned())
 }
 
-pub fn reshape<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
-    let a = a.as_standard_layout().to_owned();
-    Ok(a.into_shape_with_order(IxDyn(shape)).map_err(|e| e.to_string())?)
+pub fn reshape<T: Copy + Send + Sync>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
+    let a = match a.as_slice() {
+        Some(data) => copy_par(data),
+        None => a.as_standard_layout().iter().copied().collect(),
+    };
+    Ok(ArrayD::from_shape_vec(IxDyn(shape), a).map_err(|e| e.to_string())?)
 }
+
+/// A copy of `data`, over the threads when large (a reshape under `grad` copies activations:
+/// the operand stays its adjoint record's).
+fn copy_par<T: Copy + Send + Sync>(data: &[T]) -> Vec<T> {
+    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
+        for (o, &x) in d.iter_mut().zip(&data[r]) {
+            o.write(x);
+        }
+    };
+    // SAFETY: `write` fills each piece (as long as its range of `data`).
+    unsafe { simd::build_in_pieces(data.len(), 1, COPY_COST, &write) }
+}
+
+/// The work of copying an element, in the pool's flops (`simd::in_pieces`): a copy is
+/// memory-bound, like an arithmetic loop.
+const COPY_COST: f64 = super::elementwise::ARITHMETIC_COST;
 
 /// Reverses the axes (the usual transpose for matrices).
 pub fn transpose<T: Clone>(a: &ArrayD<T>) -> ArrayD<T> {
@@ -49,7 +69,7 @@ pub fn transpose<T: Clone>(a: &ArrayD<T>) -> ArrayD<T> {
 /// The result is written in order, row by row of its last axis, reading `a` through the
 /// permuted strides: ndarray's general copy steps a multi-axis index per element, and the
 /// head split and merge of attention permute activation-sized tensors.
-pub fn permute<T: Clone>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
+pub fn permute<T: Copy + Send + Sync>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
     let v = a.view().permuted_axes(IxDyn(perm));
     let (Some(data), Some(&inner)) = (a.as_slice(), v.shape().last()) else {
         return v.as_standard_layout().into_owned();
@@ -60,26 +80,42 @@ pub fn permute<T: Clone>(a: &ArrayD<T>, perm: &[usize]) -> ArrayD<T> {
     let (shape, strides) = (v.shape().to_vec(), v.strides().to_vec());
     let r = shape.len() - 1;
     let step = strides[r];
-    let mut out = Vec::with_capacity(data.len());
-    let (mut idx, mut at) = (vec![0; r], 0isize);
-    for _ in 0..data.len() / inner {
-        // Offsets stay inside `data`: they are those of the view's elements. A last axis kept
-        // in place (attention's head split and merge keep the head's features) is one copy.
-        if step == 1 {
-            out.extend_from_slice(&data[at as usize..at as usize + inner]);
-        } else {
-            out.extend((0..inner as isize).map(|j| data[(at + j * step) as usize].clone()));
-        }
+    // The rows of the result in `range` (whole rows of `inner` elements), into `out`.
+    let write = |range: std::ops::Range<usize>, out: &mut [MaybeUninit<T>]| {
+        // The first row's index and offset in `a`; offsets stay inside `data`, being those
+        // of the view's elements.
+        let (mut idx, mut at) = (vec![0; r], 0isize);
+        let mut row = range.start / inner;
         for d in (0..r).rev() {
-            idx[d] += 1;
-            at += strides[d];
-            if idx[d] < shape[d] {
-                break;
-            }
-            at -= strides[d] * shape[d] as isize;
-            idx[d] = 0;
+            idx[d] = row % shape[d];
+            row /= shape[d];
+            at += idx[d] as isize * strides[d];
         }
-    }
+        for o in out.chunks_exact_mut(inner) {
+            // A last axis kept in place (attention's head split and merge keep the head's
+            // features) is one copy.
+            if step == 1 {
+                for (o, &x) in o.iter_mut().zip(&data[at as usize..at as usize + inner]) {
+                    o.write(x);
+                }
+            } else {
+                for (j, o) in o.iter_mut().enumerate() {
+                    o.write(data[(at + j as isize * step) as usize]);
+                }
+            }
+            for d in (0..r).rev() {
+                idx[d] += 1;
+                at += strides[d];
+                if idx[d] < shape[d] {
+                    break;
+                }
+                at -= strides[d] * shape[d] as isize;
+                idx[d] = 0;
+            }
+        }
+    };
+    // SAFETY: the pieces are whole rows (granule `inner`), each written whole.
+    let out = unsafe { simd::build_in_pieces(data.len(), inner, COPY_COST, &write) };
     ArrayD::from_shape_vec(IxDyn(&shape), out).unwrap_or_else(|_| v.as_standard_layout().into_owned())
 }
 
@@ -132,6 +168,22 @@ pub(crate) fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<Repeat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permutes_and_reshapes_in_pieces_agree_with_ndarrays_copies() {
+        // Large enough for several pieces on the pool; a kept last axis and a moved one.
+        let shape = [4, 9, 33, 17];
+        let a = ArrayD::from_shape_vec(IxDyn(&shape), (0..shape.iter().product::<usize>()).map(|i| i as i64).collect())
+            .unwrap();
+        for perm in [[0, 2, 1, 3], [3, 1, 0, 2], [2, 0, 3, 1]] {
+            let want = a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned();
+            let got = crate::cpu::gemm::with_forced_parallel(|| permute(&a, &perm));
+            assert_eq!(got, want, "{perm:?}");
+            assert_eq!(permute(&a, &perm), want, "{perm:?} on one thread");
+        }
+        let flat = crate::cpu::gemm::with_forced_parallel(|| reshape(&a, &[36, 561]).unwrap());
+        assert_eq!(flat.as_slice(), a.as_slice());
+    }
 
     #[test]
     fn broadcast_to_agrees_with_ndarrays_copy() {
