@@ -3,9 +3,9 @@
 //! and bool tensors share these.
 
 use super::simd::{self, Repeat};
-use std::mem::MaybeUninit;
 use crate::{fmt_shape, TResult};
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
+use std::mem::MaybeUninit;
 
 pub fn broadcast_to<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
     let b = a
@@ -134,7 +134,12 @@ pub fn slice<T: Clone>(a: &ArrayD<T>, axis: usize, lo: usize, hi: usize) -> Arra
 
 /// `a[…, lo..lo + n, …] += g` along `axis` (n = g's length there), in place; false, with
 /// nothing written, when `g` does not fit there.
-pub fn add_into_slice<T: Clone + std::ops::AddAssign>(a: &mut ArrayD<T>, axis: usize, lo: usize, g: &ArrayD<T>) -> bool {
+pub fn add_into_slice<T: Clone + std::ops::AddAssign>(
+    a: &mut ArrayD<T>,
+    axis: usize,
+    lo: usize,
+    g: &ArrayD<T>,
+) -> bool {
     let (s, gs) = (a.shape(), g.shape());
     let fits = s.len() == gs.len()
         && axis < s.len()
