@@ -18,22 +18,22 @@ use crate::ops::Backend;
 use crate::{fmt_shape, Real, TResult, Tensor, TensorError};
 use ndarray::{ArrayD, ArrayViewD, Axis, CowArray, IxDyn};
 
-/// The sum over `axis` of `a`: dp's row-at-a-time loop (`simd::sum_middle`, ndarray's
-/// order) when `a` is row-major and the axis is not the innermost, ndarray's otherwise (an
-/// innermost axis is a contiguous lane, which ndarray sums well).
+/// The sum over `axis` of `a`, in ndarray's order (the same bits) but over the threads when
+/// large: when `a` is row-major, a row at a time with vector adds (`simd::sum_middle`) for an
+/// axis with elements after it, lane by lane (`simd::sum_lanes`) for an innermost one;
+/// ndarray's own otherwise.
 fn sum_over<T: Real>(a: ArrayViewD<T>, axis: usize) -> ArrayD<T> {
     let shape = a.shape();
-    let inner: usize = shape[axis + 1..].iter().product();
-    match a.as_slice() {
-        Some(data) if inner > 1 => {
-            let outer: usize = shape[..axis].iter().product();
-            let out = simd::sum_middle(data, outer, shape[axis], inner, elementwise::ARITHMETIC_COST);
-            let mut dims = shape.to_vec();
-            dims.remove(axis);
-            ArrayD::from_shape_vec(IxDyn(&dims), out).unwrap_or_else(|_| a.sum_axis(Axis(axis)))
-        }
-        _ => a.sum_axis(Axis(axis)),
-    }
+    let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
+    let cost = elementwise::ARITHMETIC_COST;
+    let out = match a.as_slice() {
+        Some(data) if inner > 1 => simd::sum_middle(data, outer, shape[axis], inner, cost),
+        Some(data) => simd::sum_lanes(data, outer, shape[axis], cost),
+        None => return a.sum_axis(Axis(axis)),
+    };
+    let mut dims = shape.to_vec();
+    dims.remove(axis);
+    ArrayD::from_shape_vec(IxDyn(&dims), out).unwrap_or_else(|_| a.sum_axis(Axis(axis)))
 }
 
 /// The CPU backend, once for both floating dtypes.

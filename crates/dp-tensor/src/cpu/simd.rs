@@ -470,6 +470,25 @@ pub(crate) fn sum_middle<T: Copy + Send + Sync + num_traits::Zero>(
     unsafe { build_in_pieces(len, 1, cost_each * n as f64, &write) }
 }
 
+/// The sums of `outer` consecutive lanes of `n` elements of `a`, each ndarray's `sum` of a
+/// contiguous lane (its eight-way unrolled order, so results are the same to the bit), over
+/// the threads when large: layer norm's statistics are such sums over the last axis.
+pub(crate) fn sum_lanes<T>(a: &[T], outer: usize, n: usize, cost_each: f64) -> Vec<T>
+where
+    T: Copy + Send + Sync + num_traits::Zero + std::ops::Add<Output = T>,
+{
+    if a.len() < outer * n {
+        return vec![T::zero(); outer];
+    }
+    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
+        for (o, out) in r.zip(d) {
+            out.write(ndarray::ArrayView1::from(&a[o * n..(o + 1) * n]).sum());
+        }
+    };
+    // SAFETY: `write` fills every element of each piece.
+    unsafe { build_in_pieces(outer, 1, cost_each * n as f64, &write) }
+}
+
 /// [f(s[i])], over the threads when `s` is large (`in_pieces`).
 pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
     // SAFETY: `map_to` writes every element of a piece as long as its operand.
@@ -571,6 +590,20 @@ pub(crate) mod tests {
             assert_eq!(bits(&sum_middle(&x, outer, n, inner, 0.0)), want, "{outer} {n} {inner}");
             let par = crate::cpu::gemm::with_forced_parallel(|| sum_middle(&x, outer, n, inner, 10.0));
             assert_eq!(bits(&par), want, "{outer} {n} {inner} in pieces");
+        }
+    }
+
+    #[test]
+    fn lane_sums_are_ndarrays_to_the_bit() {
+        use ndarray::{Array2, Axis};
+        for (outer, n) in [(3, 1), (5, 7), (4, 64), (3 * PIECE, 13), (4, 0)] {
+            let mut x = data(outer * n);
+            x.iter_mut().step_by(5).for_each(|v| *v = -0.0);
+            let want = Array2::from_shape_vec((outer, n), x.clone()).unwrap().sum_axis(Axis(1));
+            let want = bits(want.as_slice().unwrap());
+            assert_eq!(bits(&sum_lanes(&x, outer, n, 0.0)), want, "{outer} {n}");
+            let par = crate::cpu::gemm::with_forced_parallel(|| sum_lanes(&x, outer, n, 10.0));
+            assert_eq!(bits(&par), want, "{outer} {n} in pieces");
         }
     }
 
