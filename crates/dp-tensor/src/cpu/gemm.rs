@@ -1606,7 +1606,8 @@ mod pool {
     /// of a training step (products, and the elementwise loops split over the pool) then skip
     /// the wake-up, and small ones are split only while a worker polls. 300 µs let the worker
     /// doze off between a Transformer step's larger operations; 5 ms keeps it at hand for the
-    /// whole step (the W6 step 10-15% faster at two threads), at the cost of an otherwise idle
+    /// whole step (W6 steps ~10% faster at two threads, four alternating rounds on a noisy
+    /// VM), at the cost of an otherwise idle
     /// CPU polling for 5 ms after the last operation. Polling yields the CPU, because the
     /// scheduler may have put the worker on the caller's own CPU.
     const WORKER_POLL: Duration = Duration::from_micros(5000);

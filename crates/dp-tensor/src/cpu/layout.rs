@@ -38,22 +38,12 @@ pub fn broadcast_to<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<
 
 pub fn reshape<T: Copy + Send + Sync>(a: &ArrayD<T>, shape: &[usize]) -> TResult<ArrayD<T>> {
     let a = match a.as_slice() {
-        Some(data) => copy_par(data),
+        // A reshape under `grad` copies activations (the operand stays its adjoint record's):
+        // an identity map, over the threads when large.
+        Some(data) => simd::map_into_par(data, simd::By(|x: T| x), COPY_COST),
         None => a.as_standard_layout().iter().copied().collect(),
     };
     Ok(ArrayD::from_shape_vec(IxDyn(shape), a).map_err(|e| e.to_string())?)
-}
-
-/// A copy of `data`, over the threads when large (a reshape under `grad` copies activations:
-/// the operand stays its adjoint record's).
-fn copy_par<T: Copy + Send + Sync>(data: &[T]) -> Vec<T> {
-    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
-        for (o, &x) in d.iter_mut().zip(&data[r]) {
-            o.write(x);
-        }
-    };
-    // SAFETY: `write` fills each piece (as long as its range of `data`).
-    unsafe { simd::build_in_pieces(data.len(), 1, COPY_COST, &write) }
 }
 
 /// The work of copying an element, in the pool's flops (`simd::in_pieces`): a copy is

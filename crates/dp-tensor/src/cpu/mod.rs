@@ -314,8 +314,8 @@ fn batched_product<T: Real>(x: &ArrayD<T>, y: &ArrayD<T>) -> TResult<ArrayD<T>> 
 
 /// A product's result of `shape`, written by `fill` as a beta = 0 product. Float32's own
 /// kernels write every element of C and never read it when beta = 0 (gemm's tests start C as
-/// NaN), so its buffer is not zeroed first (that memset was ~5% of a Transformer step);
-/// float64's products go through ndarray and matrixmultiply, so theirs is.
+/// NaN), so its buffer is not zeroed first (those memsets were ~1 ms of a W6 step on the main
+/// thread, by perf); float64's products go through ndarray and matrixmultiply, so theirs is.
 fn product_result<T: Real>(
     shape: &[usize],
     fill: impl FnOnce(ndarray::ArrayViewMutD<T>) -> TResult<()>,

@@ -346,25 +346,11 @@ pub(crate) fn repeat_in_place_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
     f: F,
     cost_each: f64,
 ) {
-    let n = d.len();
-    if y.is_empty() || !n.is_multiple_of(y.len()) {
-        return;
-    }
-    let run = n / y.len();
-    let granule = match how {
-        Repeat::Cycle => y.len(),
-        Repeat::Spread => run,
-    };
+    let Some(pieces) = RepeatPieces::of(d.len(), y, how) else { return };
     let at = Shared(d.as_mut_ptr());
-    let piece = |r: std::ops::Range<usize>| {
-        let ys = match how {
-            Repeat::Cycle => y,
-            Repeat::Spread => &y[r.start / run..r.end.div_ceil(run)],
-        };
-        // SAFETY: the pieces are disjoint ranges of `d`, borrowed for the whole call.
-        repeat_in_place(unsafe { at.piece(r) }, ys, how, f)
-    };
-    in_pieces_of(n, granule, cost_each, &piece);
+    // SAFETY: the pieces are disjoint ranges of `d`, borrowed for the whole call.
+    let piece = |r: std::ops::Range<usize>| repeat_in_place(unsafe { at.piece(r.clone()) }, pieces.ys(&r), how, f);
+    in_pieces_of(d.len(), pieces.granule, cost_each, &piece);
 }
 
 /// Fills the piece of a result that covers the given range of its elements.
@@ -411,25 +397,48 @@ pub(crate) fn repeat_into_par<T: Copy + Send + Sync, F: Elem2<T> + Sync>(
     f: F,
     cost_each: f64,
 ) -> Vec<T> {
-    let n = x.len();
-    if y.is_empty() || !n.is_multiple_of(y.len()) {
-        return Vec::new();
-    }
-    let run = n / y.len();
-    let granule = match how {
-        Repeat::Cycle => y.len(),
-        Repeat::Spread => run,
-    };
+    let Some(pieces) = RepeatPieces::of(x.len(), y, how) else { return Vec::new() };
     let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
-        let ys = match how {
-            Repeat::Cycle => y,
-            Repeat::Spread => &y[r.start / run..r.end.div_ceil(run)],
-        };
+        let ys = pieces.ys(&r);
         repeat_to(&x[r], ys, how, d, f)
     };
     // SAFETY: each piece is whole repetitions of `y` (or whole runs), so `repeat_to` writes
     // all of it.
-    unsafe { build_in_pieces(n, granule, cost_each, &write) }
+    unsafe { build_in_pieces(x.len(), pieces.granule, cost_each, &write) }
+}
+
+/// How n elements against a repeated `y` split into pieces for the pool: pieces of whole
+/// repetitions of `y` (`Cycle`) or whole runs of one of its elements (`Spread`), and the part
+/// of `y` a piece pairs with.
+struct RepeatPieces<'a, T> {
+    y: &'a [T],
+    how: Repeat,
+    /// n / len(y): how many elements each element of `y` spreads over.
+    run: usize,
+    granule: usize,
+}
+
+impl<'a, T> RepeatPieces<'a, T> {
+    /// None unless len(y) divides n (and y is not empty).
+    fn of(n: usize, y: &'a [T], how: Repeat) -> Option<Self> {
+        if y.is_empty() || !n.is_multiple_of(y.len()) {
+            return None;
+        }
+        let run = n / y.len();
+        let granule = match how {
+            Repeat::Cycle => y.len(),
+            Repeat::Spread => run,
+        };
+        Some(RepeatPieces { y, how, run, granule })
+    }
+
+    /// The elements of `y` that the piece `r` pairs with.
+    fn ys(&self, r: &std::ops::Range<usize>) -> &'a [T] {
+        match self.how {
+            Repeat::Cycle => self.y,
+            Repeat::Spread => &self.y[r.start / self.run..r.end.div_ceil(self.run)],
+        }
+    }
 }
 
 /// The sums over the middle axis of a row-major [outer, n, inner] array `a`, as a row-major
@@ -446,7 +455,7 @@ pub(crate) fn sum_middle<T: Copy + Send + Sync + num_traits::Zero>(
     cost_each: f64,
 ) -> Vec<T> {
     let len = outer * inner;
-    if a.len() < len * n || inner == 0 {
+    if a.len() < len * n {
         return vec![T::zero(); len];
     }
     let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
