@@ -677,6 +677,21 @@ let () = let m = train 4 (optim.adam_init model0) model0 in (pt m.l1.w; pt m.l2.
     }]);
 }
 
+/// A staged program's elementwise chains (`jit`) on GPU tensors: the one-pass CPU loop does not
+/// take them, so the executor computes the steps one by one on the GPU's kernels.
+#[test]
+fn gpu_staged_chains_run_their_steps_on_the_gpu() {
+    check(&[Case {
+        name: "jit value_and_grad of chains",
+        tol: R,
+        code:
+            "let f (a, b) = sum (clip (-0.5) 0.5 (tanh (a * b + 0.5) - max_of a (tensor 0.25)) * sqrt (abs b + 1e-8))\n\
+               let j = jit (value_and_grad f)\n\
+               let () = (let (l, (ga, gb)) = j (x, y) in (pf l; pt ga; pt gb))\n\
+               let () = (let (l, (ga, gb)) = j (y, x) in (pf l; pt ga; pt gb))",
+    }]);
+}
+
 #[test]
 fn gpu_large_elementwise_uses_a_2d_grid() {
     // 4100 × 4100 = 16,810,000 > 65,535 × 256 elements: more workgroups than one grid

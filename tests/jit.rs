@@ -372,6 +372,54 @@ fn row_adjoints_are_added_in_place_with_the_machines_numbers() {
     }
 }
 
+/// Elementwise operations each read only by the next (the reverse rule of `tanh`, a clip, an
+/// optimiser's update) are one `chain` node of the staged program, computed in one pass over
+/// blocks of elements; every element, forward and gradient, is the machine's to the last bit
+/// in float32 and float64, with Floats and single-element tensors among the operands, NaN and
+/// -0 among the elements, and tensors large enough to be split over the thread pool.
+#[test]
+fn elementwise_chains_give_the_machines_numbers() {
+    for dtype in ["float32", "float64"] {
+        let src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let lo = cast (tensor 0.1)\n\
+             let f (x, w) =\n\
+             \x20 let y = tanh (x * w + 0.5) in\n\
+             \x20 let z = clip (-0.3) 0.3 (y * y - w / sqrt (w * w + 1e-8)) in\n\
+             \x20 sum (z * x ** 2.0 + max_of x lo - min_of (exp (-x)) (cast (tensor 2.0)))\n\
+             let update (p, g) = p - 0.1 * g / sqrt (g * g + 1e-8)\n\
+             let j = jit (value_and_grad f)\n\
+             let u = jit update\n\
+             let show_all (l, (gx, gw)) = (println (show l); println (show (to_list gx)); println (show (to_list gw)))\n\
+             let x0 = randn 1 [37, 53]\n\
+             let odd = where (greater x0 1.8) (tensor (0.0 / 0.0)) (where (less x0 (-1.8)) (tensor (-0.0)) x0)\n\
+             let small = (cast odd, cast (randn 2 [37, 53]))\n\
+             let big = (cast (randn 3 [150, 100]), cast (randn 4 [150, 100]))\n\
+             let () = show_all (value_and_grad f small)\n\
+             let () = show_all (j small)\n\
+             let () = show_all (value_and_grad f big)\n\
+             let () = show_all (j big)\n\
+             let () = println (show (to_list (update (fst big, snd big))))\n\
+             let () = println (show (to_list (u (fst big, snd big))))\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(out.len(), 14, "{dtype}: {}", r.stdout);
+        for (k, (a, b)) in [(0, 3), (1, 4), (2, 5), (6, 9), (7, 10), (8, 11), (12, 13)].into_iter().enumerate() {
+            assert!(out[a] == out[b], "{dtype}: line {a} unstaged, {b} staged (pair {k}) differ");
+        }
+        assert!(out[1].contains("nan"), "{dtype}: the NaN row reached the gradient: {}", out[1]);
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        let chains = ir.iter().filter(|l| l.contains("chain[")).count();
+        // The update is one chain (p - 0.1 * g / sqrt (g * g + 1e-8)); the derivative has several.
+        let update =
+            "chain[s0 = mul #1 #2; s1 = mul #2 #2; s2 = add s1 #3; s3 = sqrt s2; s4 = div s0 s3; s5 = sub #0 s4]";
+        assert!(ir.iter().any(|l| l.contains(update)), "{dtype}: {ir:#?}");
+        assert!(chains >= 4, "{dtype}: {chains} chains in {ir:#?}");
+    }
+}
+
 /// Runs `src` (which defines `f` and `j = jit (value_and_grad f)`) on two arguments, each
 /// through `value_and_grad f` and through `j`, with the IR dumped: the staged lines equal the
 /// unstaged ones to the last digit. Returns the IR's instruction lines.

@@ -4,11 +4,12 @@
 //! structure. `apply` is also what the tracer computes each node's example with, so a traced
 //! call and a compiled one run the same code on the same numbers.
 
-use super::ir::{Kind, Node, Op, Program, Template};
+use super::ir::{Chained, Kind, Node, Op, Program, Template};
 use super::native;
 use crate::core::Prim;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
+use crate::tensor::cpu::fused::{self, Arg, Operand};
 use crate::tensor::{cpu, DType, Real, TOp, Tensor};
 use ndarray::{ArrayD, IxDyn};
 use std::cell::RefCell;
@@ -59,7 +60,41 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
         (Op::T(t), _) => tensor::forward(t, &args),
         (Op::Product { tx, ty, acc }, _) => product(*tx, *ty, *acc, args),
         (Op::AddRow(k), _) => add_row(*k as usize, args),
+        (Op::Chain(c), _) => chain(c, args),
     }
+}
+
+/// `Op::Chain`: one pass of the tensor library's loop where it takes the operands (CPU
+/// floats), else the steps one by one.
+fn chain(c: &Chained, args: Vec<Value>) -> FResult<Value> {
+    let mut operands = Vec::with_capacity(args.len());
+    for a in args {
+        operands.push(match a {
+            Value::Tensor(t) => Operand::Tensor(t),
+            Value::Float(x) => Operand::Float(x),
+            other => return Err(Fault::internal(format!("a chain's operand is {}", other.type_name()))),
+        });
+    }
+    let operands = match fused::run(&c.chain, &c.shape, operands) {
+        Ok(t) => return Ok(tensor::wrap(t)),
+        Err(operands) => operands,
+    };
+    let value = |o: &Operand| match o {
+        Operand::Tensor(t) => Value::Tensor(t.clone()),
+        Operand::Float(x) => Value::Float(*x),
+    };
+    let mut results: Vec<Value> = Vec::with_capacity(c.chain.steps().len());
+    for &(step, [x, y]) in c.chain.steps() {
+        let arg = |a: Arg| match a {
+            Arg::In(k) => value(&operands[k as usize]),
+            Arg::At(j) => results[j as usize].clone(),
+        };
+        let op = super::chains::op_of(step);
+        let args = if matches!(op, Op::Un(_)) { vec![arg(x)] } else { vec![arg(x), arg(y)] };
+        let r = apply(&op, args)?;
+        results.push(r);
+    }
+    results.pop().ok_or_else(|| Fault::internal("an empty chain"))
 }
 
 /// `Op::AddRow`: x added into row k of the accumulator's own buffer (copied first if something

@@ -18,7 +18,7 @@ use crate::core::Prim;
 use crate::tensor::{DType, TOp};
 
 /// How many nodes (and outputs) read each node.
-fn readers(p: &Program) -> Vec<u32> {
+pub(super) fn readers(p: &Program) -> Vec<u32> {
     let mut uses = vec![0u32; p.nodes.len()];
     for node in &p.nodes {
         if let Node::Apply(_, args) = node {
@@ -91,10 +91,9 @@ pub fn fuse(mut p: Program) -> Program {
     // The transposes and products now read by nobody go.
     if changed {
         super::opt::dead_code(&mut p);
-        outer_sums(p)
-    } else {
-        p
+        p = outer_sums(p);
     }
+    super::chains::chains(p)
 }
 
 /// A column times a row: `(u, row)` for `reshape u [n, 1] @ row` with `row = reshape v [1, m]`, the form the

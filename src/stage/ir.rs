@@ -4,6 +4,7 @@
 
 use crate::core::Prim;
 use crate::runtime::value::Value;
+use crate::tensor::cpu::fused::{Arg, Chain};
 use crate::tensor::{fmt_shape, DType, TOp, Un};
 use std::fmt;
 use std::rc::Rc;
@@ -25,6 +26,15 @@ pub enum Op {
     /// `acc + ScatterRow(k) x` (operands acc, x): row k of the accumulator grows by x, in the
     /// accumulator's buffer (`fuse`: the reverse pass of `row` gathering one row per step).
     AddRow(u32),
+    /// Elementwise operations on the node's operands in one pass (`chains`).
+    Chain(Rc<Chained>),
+}
+
+/// An elementwise chain and the shape of its result.
+#[derive(Debug, PartialEq)]
+pub struct Chained {
+    pub chain: Chain,
+    pub shape: Vec<usize>,
 }
 
 /// A node's operands. Nearly every node has one or two, so up to four are held in the node
@@ -203,6 +213,25 @@ impl fmt::Display for Op {
                 write!(f, "gemm_{}{}{}", t(*tx), t(*ty), if *acc { " +=" } else { "" })
             }
             Op::AddRow(k) => write!(f, "add_row {k}"),
+            // `chain[s0 = add #0 #1; s1 = tanh s0]`: #k is the node's k-th operand, sj a step's
+            // result; the last step's is the node's.
+            Op::Chain(c) => {
+                let arg = |a: Arg| match a {
+                    Arg::In(k) => format!("#{k}"),
+                    Arg::At(j) => format!("s{j}"),
+                };
+                let steps: Vec<String> = c
+                    .chain
+                    .steps()
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &(step, [x, y]))| match super::chains::op_of(step) {
+                        op @ Op::Un(_) => format!("s{j} = {op} {}", arg(x)),
+                        op => format!("s{j} = {op} {} {}", arg(x), arg(y)),
+                    })
+                    .collect();
+                write!(f, "chain[{}]", steps.join("; "))
+            }
         }
     }
 }

@@ -19,6 +19,7 @@
 //! subexpressions, dead code), `fuse` (matrix products as single GEMM calls), `exec` (running
 //! it).
 
+mod chains;
 pub mod exec;
 mod fuse;
 pub mod ir;

@@ -167,7 +167,7 @@ pub fn is_native(p: &Program, i: usize) -> bool {
                 TOp::Mask => args.len() == 2,
                 _ => false,
             },
-            Op::Product { .. } | Op::AddRow(_) => false,
+            Op::Product { .. } | Op::AddRow(_) | Op::Chain(_) => false,
         }
 }
 

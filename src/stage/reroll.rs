@@ -63,7 +63,7 @@ fn shape(node: &Node) -> Option<Shape> {
         Node::Const(_) => Some(Shape::Const),
         Node::Apply(Op::Bin(p), args) => Some(Shape::Bin(*p as u8, args.len())),
         Node::Apply(Op::Un(u), args) => Some(Shape::Un(*u as u8, args.len())),
-        Node::Apply(op @ (Op::T(_) | Op::Product { .. } | Op::AddRow(_)), args) => {
+        Node::Apply(op @ (Op::T(_) | Op::Product { .. } | Op::AddRow(_) | Op::Chain(_)), args) => {
             Some(Shape::T(format!("{op:?}"), args.len()))
         }
     }

@@ -57,6 +57,8 @@ macro_rules! with_bin {
     };
 }
 
+pub(crate) use with_bin;
+
 /// Evaluates `$body` with `$f` the name of a unit type whose `Elem1::call` computes `$op` on
 /// any real dtype (`Real::un`), once per operation.
 macro_rules! with_un {
@@ -71,7 +73,7 @@ macro_rules! with_un {
                 // (`un`'s tanh is large), so the loops did not vectorize.
                 #[derive(Clone, Copy)]
                 struct $f;
-                impl<R: Real> Elem1<R> for $f {
+                impl<R: $crate::Real> $crate::cpu::simd::Elem1<R> for $f {
                     #[inline(always)]
                     fn call(self, x: R) -> R {
                         R::un(Un::$v, x)
@@ -82,6 +84,8 @@ macro_rules! with_un {
         }
     };
 }
+
+pub(crate) use with_un;
 
 /// The work of one element, in the flops by which the thread pool decides to split a loop
 /// (`simd::in_pieces`): an arithmetic operation, and a function such as exp or tanh (its
@@ -306,8 +310,18 @@ pub fn unary(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
     }
 }
 
+/// The work of one element of a math function (`ARITHMETIC_COST` for the few that are one
+/// instruction).
+pub(crate) fn unary_cost(op: Un) -> f64 {
+    if matches!(op, Un::Neg | Un::Abs | Un::Relu | Un::Sqrt) {
+        ARITHMETIC_COST
+    } else {
+        FUNCTION_COST
+    }
+}
+
 fn unary_real<T: Real>(op: Un, t: Rc<Tensor>) -> TResult<Tensor> {
-    let cost = if matches!(op, Un::Neg | Un::Abs | Un::Relu | Un::Sqrt) { ARITHMETIC_COST } else { FUNCTION_COST };
+    let cost = unary_cost(op);
     with_un!(op, F, {
         let x = match owned::<T>(t) {
             Ok(mut x) => {

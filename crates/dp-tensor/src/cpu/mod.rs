@@ -7,6 +7,7 @@ pub mod compare;
 mod conv;
 pub(crate) mod direct;
 pub mod elementwise;
+pub mod fused;
 pub mod gather;
 pub mod gemm;
 pub mod layout;

@@ -256,7 +256,7 @@ widened! {
 }
 widened! {
     /// d[i] = f(s[i]) (the shorter length).
-    fn map_to[T: Copy, F: Elem1<T>](s: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => map_to_body
+    pub(crate) fn map_to[T: Copy, F: Elem1<T>](s: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => map_to_body
 }
 widened! {
     /// d[i] = f(d[i], s[i]) (the shorter length).
@@ -264,7 +264,7 @@ widened! {
 }
 widened! {
     /// d[i] = f(a[i], b[i]) (the shortest length).
-    fn zip_to[T: Copy, F: Elem2<T>](a: &[T], b: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => zip_to_body
+    pub(crate) fn zip_to[T: Copy, F: Elem2<T>](a: &[T], b: &[T], d: &mut [MaybeUninit<T>], f: F) -> () => zip_to_body
 }
 widened! {
     /// d[i] = f(d[i], y repeated `how`).
@@ -281,7 +281,7 @@ widened! {
 const PIECE: usize = 8192;
 
 /// A pointer that threads may share: each writes only its own piece through it.
-struct Shared<T>(*mut T);
+pub(crate) struct Shared<T>(pub(crate) *mut T);
 
 // Not derived: a derived `Copy` would ask `T: Copy`, and only the pointer is copied.
 impl<T> Clone for Shared<T> {
@@ -298,7 +298,7 @@ unsafe impl<T: Send> Send for Shared<T> {}
 impl<T> Shared<T> {
     /// # Safety
     /// `r` lies inside the buffer, and no other live slice overlaps it.
-    unsafe fn piece<'a>(self, r: std::ops::Range<usize>) -> &'a mut [T] {
+    pub(crate) unsafe fn piece<'a>(self, r: std::ops::Range<usize>) -> &'a mut [T] {
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()) }
     }
@@ -308,7 +308,7 @@ impl<T> Shared<T> {
 /// work (`cost_each` per element, in the flops the pool's thresholds count: about 10 for
 /// arithmetic, 40 for a function such as tanh) is worth it. PyTorch spreads these loops over
 /// its threads too; the GELU of a Transformer's MLP is 256 K elements.
-fn in_pieces(n: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+pub(crate) fn in_pieces(n: usize, cost_each: f64, piece: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
     in_pieces_of(n, 1, cost_each, piece)
 }
 

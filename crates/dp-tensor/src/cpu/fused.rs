@@ -1,0 +1,343 @@
+//! A chain of elementwise operations computed in one pass over its operands: a staged
+//! program's `tanh (x + y) * z` reads x, y and z once and writes one result, where the
+//! operations one by one would write and read back a tensor between each two (and allocate
+//! it). The chain runs in blocks of a few hundred elements that stay in the L1 cache: each
+//! step is one vectorized loop over the block (the same loops, on the same element
+//! functions, as the single operations of `elementwise` and `compare`), so every element is
+//! the number the operations one by one compute, to the bit.
+
+use super::elementwise::{unary_cost, with_bin, with_un, ARITHMETIC_COST};
+use super::simd::{self, By, Shared};
+use crate::op::{Bin, Cmp, Un};
+use crate::{Real, Tensor};
+use ndarray::{ArrayD, IxDyn};
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+
+/// One elementwise operation of a chain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Step {
+    /// `+ - * / **` and `mask`, as `ops::binary`.
+    Bin(Bin),
+    /// A math function, as `ops::unary` (its second operand is not read).
+    Un(Un),
+    /// `max_of` or `min_of` (`Cmp::pick`).
+    Pick(Cmp),
+}
+
+/// Where a step's operand comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    /// The chain's k-th operand.
+    In(u16),
+    /// An earlier step's result.
+    At(u16),
+}
+
+/// The steps, in order; the last one's result is the chain's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chain {
+    steps: Vec<(Step, [Arg; 2])>,
+    operands: usize,
+}
+
+impl Chain {
+    /// A chain of `operands` operands, or None when a step reads an operand or a step that
+    /// is not there (or not before it), or `Pick` is not `max_of`/`min_of`.
+    pub fn new(steps: Vec<(Step, [Arg; 2])>, operands: usize) -> Option<Chain> {
+        let fine = |k: usize, a: Arg| match a {
+            Arg::In(i) => (i as usize) < operands,
+            Arg::At(j) => (j as usize) < k,
+        };
+        let valid = !steps.is_empty()
+            && steps.len() <= u16::MAX as usize
+            && steps.iter().enumerate().all(|(k, (step, args))| {
+                args.iter().all(|&a| fine(k, a)) && !matches!(step, Step::Pick(c) if c.gives_bool())
+            });
+        valid.then_some(Chain { steps, operands })
+    }
+
+    pub fn steps(&self) -> &[(Step, [Arg; 2])] {
+        &self.steps
+    }
+
+    /// The work of one element, in the pool's units (`elementwise::ARITHMETIC_COST`).
+    fn cost_each(&self) -> f64 {
+        self.steps
+            .iter()
+            .map(|(s, _)| match s {
+                Step::Un(u) => unary_cost(*u),
+                _ => ARITHMETIC_COST,
+            })
+            .sum()
+    }
+}
+
+/// An operand of a chain: a tensor, or a Float (converted to the tensor's dtype as
+/// `ops::binary_scalar` converts it).
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Tensor(Rc<Tensor>),
+    Float(f64),
+}
+
+/// The chain on its operands as a tensor of `shape`, in one pass, when every tensor operand
+/// is a row-major CPU tensor of one float dtype with that shape or a single element; else the
+/// operands back, for the caller to compute the steps one by one. The result is written over
+/// an operand's buffer when nothing else holds it.
+pub fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
+    let dtype = operands.iter().find_map(|o| match o {
+        Operand::Tensor(t) => Some(t.dtype()),
+        Operand::Float(_) => None,
+    });
+    match dtype {
+        _ if operands.len() != chain.operands || shape.is_empty() => Err(operands),
+        Some(crate::DType::F32) => run_real::<f32>(chain, shape, operands),
+        Some(crate::DType::F64) => run_real::<f64>(chain, shape, operands),
+        _ => Err(operands),
+    }
+}
+
+/// An operand as the loops read it.
+#[derive(Clone, Copy)]
+enum Leaf<T> {
+    /// All n elements, row-major.
+    Whole(*const T),
+    One(T),
+}
+
+// SAFETY: the pointers are read-only views of buffers that outlive the pass, shared by the
+// pool's threads, each of which reads its own pieces.
+unsafe impl<T: Send> Send for Leaf<T> {}
+unsafe impl<T: Sync> Sync for Leaf<T> {}
+
+fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
+    let n: usize = shape.iter().product();
+    let mut leaves = Vec::with_capacity(operands.len());
+    for o in &operands {
+        leaves.push(match o {
+            Operand::Float(x) => Leaf::One(T::of_f64(*x)),
+            Operand::Tensor(t) => match T::of(t).and_then(|a| a.as_slice().map(|s| (a, s))) {
+                Some((a, s)) if a.shape() == shape => Leaf::Whole(s.as_ptr()),
+                Some((a, s)) if s.len() == 1 && a.ndim() <= shape.len() => Leaf::One(s[0]),
+                _ => return Err(operands),
+            },
+        });
+    }
+    if n == 0 {
+        return Ok(Tensor::from_real(ArrayD::<T>::zeros(IxDyn(shape))));
+    }
+    // An operand only this pass holds, of the result's shape, takes the result: each block is
+    // read whole before its result is written back (`pass`).
+    let reusable = operands.iter().position(|o| match o {
+        Operand::Tensor(t) => Rc::strong_count(t) == 1 && T::of(t).is_some_and(|a| a.shape() == shape),
+        Operand::Float(_) => false,
+    });
+    let cost = chain.cost_each();
+    let out = match reusable {
+        Some(k) => {
+            let Operand::Tensor(t) = std::mem::replace(&mut operands[k], Operand::Float(0.0)) else {
+                return Err(operands);
+            };
+            let Ok(Tensor { storage }) = Rc::try_unwrap(t) else { return Err(operands) };
+            let Ok(mut a) = T::take(storage) else { return Err(operands) };
+            let Some(s) = a.as_slice_mut() else { return Err(operands) };
+            let at = Shared(s.as_mut_ptr() as *mut MaybeUninit<T>);
+            // SAFETY: the pieces are disjoint ranges of `s`'s n elements; the leaves that read
+            // `s` read a block before `pass` writes it.
+            simd::in_pieces(n, cost, &|r| unsafe { pass(chain, &leaves, r.clone(), at.piece(r)) });
+            a
+        }
+        None => {
+            let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
+                // SAFETY: the leaves are n-element buffers (or single elements) that outlive
+                // the pass, and none is `d`.
+                unsafe { pass(chain, &leaves, r, d) }
+            };
+            // SAFETY: `pass` writes every element of its piece.
+            let v = unsafe { simd::build_in_pieces(n, 1, cost, &write) };
+            match ArrayD::from_shape_vec(IxDyn(shape), v) {
+                Ok(a) => a,
+                Err(_) => return Err(operands),
+            }
+        }
+    };
+    Ok(Tensor { storage: T::storage(out) })
+}
+
+/// The elements of one block the loops work on at a time: a step's results for a block, at
+/// float64, are 2 KB, so a chain's steps stay in the L1 cache together.
+const BLOCK: usize = 256;
+
+/// Computes the chain for the elements `r`, into `out` (r's length).
+///
+/// # Safety
+/// Every `Whole` leaf points at a buffer holding at least `r.end` elements; `out` may be one
+/// of those buffers' range `r`, and is not otherwise read.
+unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<usize>, out: &mut [MaybeUninit<T>]) {
+    let steps = chain.steps.len();
+    // Each step's block of results (no wider than the range: a chain on a 100-element vector).
+    let width = BLOCK.min(r.len());
+    let mut regs: Vec<T> = vec![T::zero(); steps * width];
+    let mut lo = r.start;
+    while lo < r.end {
+        let b = width.min(r.end - lo);
+        for (k, (step, args)) in chain.steps.iter().enumerate() {
+            let (done, rest) = regs.split_at_mut(k * width);
+            let src = |a: Arg| match a {
+                Arg::In(i) => match leaves[i as usize] {
+                    // SAFETY: the caller's contract: the buffer holds elements lo..lo + b.
+                    Leaf::Whole(p) => Src::Slice(unsafe { std::slice::from_raw_parts(p.add(lo), b) }),
+                    Leaf::One(x) => Src::One(x),
+                },
+                Arg::At(j) => Src::Slice(&done[j as usize * width..j as usize * width + b]),
+            };
+            apply(*step, src(args[0]), src(args[1]), &mut rest[..b]);
+        }
+        let last = &regs[(steps - 1) * width..(steps - 1) * width + b];
+        let at = lo - r.start;
+        for (o, &x) in out[at..at + b].iter_mut().zip(last) {
+            o.write(x);
+        }
+        lo += b;
+    }
+}
+
+/// A step's operand over one block.
+#[derive(Clone, Copy)]
+enum Src<'a, T> {
+    Slice(&'a [T]),
+    One(T),
+}
+
+/// `step` on one block, into `d`. A step whose operands are single elements fills the block
+/// with its one value (the operations one by one would broadcast that value later).
+#[inline]
+fn apply<T: Real>(step: Step, x: Src<T>, y: Src<T>, d: &mut [T]) {
+    // SAFETY: `d` is initialised, and the loops write only initialised values into it.
+    let out = unsafe { &mut *(d as *mut [T] as *mut [MaybeUninit<T>]) };
+    match step {
+        Step::Un(u) => match x {
+            Src::Slice(s) => with_un!(u, F, simd::map_to(s, out, F)),
+            Src::One(v) => d.fill(T::un(u, v)),
+        },
+        Step::Bin(op) => with_bin!(op, T, f, binary(x, y, out, f)),
+        Step::Pick(c) => binary(x, y, out, move |p: T, q: T| c.pick(p, q)),
+    }
+}
+
+#[inline(always)]
+fn binary<T: Real>(x: Src<T>, y: Src<T>, d: &mut [MaybeUninit<T>], f: impl Fn(T, T) -> T + Copy) {
+    match (x, y) {
+        (Src::Slice(a), Src::Slice(b)) => simd::zip_to(a, b, d, By(f)),
+        (Src::Slice(a), Src::One(s)) => simd::map_to(a, d, By(move |v| f(v, s))),
+        (Src::One(s), Src::Slice(b)) => simd::map_to(b, d, By(move |v| f(s, v))),
+        (Src::One(s), Src::One(t)) => d.iter_mut().for_each(|o| {
+            o.write(f(s, t));
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{self, Out};
+    use crate::{DType, Storage, TOp};
+
+    fn bits(t: &Tensor) -> Vec<u64> {
+        t.to_f64s().iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn tensor(out: Out) -> Rc<Tensor> {
+        match out {
+            Out::Tensor(t) => Rc::new(t),
+            Out::Float(x) => panic!("expected a tensor, got the Float {x}"),
+        }
+    }
+
+    /// tanh (x + y) * 0.5 - max_of x c, against the operations one by one, in both float
+    /// dtypes, on one element, on more than one block and on more than one piece of the pool,
+    /// with NaN and -0 among the elements; and the same with x's buffer taking the result.
+    #[test]
+    fn a_chain_is_the_operations_one_by_one_to_the_bit() {
+        use Arg::{At, In};
+        let chain = Chain::new(
+            vec![
+                (Step::Bin(Bin::Add), [In(0), In(1)]),
+                (Step::Un(Un::Tanh), [At(0), At(0)]),
+                (Step::Bin(Bin::Mul), [At(1), In(2)]),
+                (Step::Pick(Cmp::Max), [In(0), In(3)]),
+                (Step::Bin(Bin::Sub), [At(2), At(3)]),
+            ],
+            4,
+        )
+        .unwrap();
+        for n in [1, 7, BLOCK + 3, 3 * 8192 + 5] {
+            let shape = [n];
+            let mut xs: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 7.0).collect();
+            xs[0] = -0.0;
+            if n > 2 {
+                xs[2] = f64::NAN;
+            }
+            let ys: Vec<f64> = (0..n).map(|i| ((i * 53 % 89) as f64 - 44.0) / 9.0).collect();
+            for dtype in [DType::F64, DType::F32] {
+                let t =
+                    |s: &[usize], v: &[f64]| Rc::new(Tensor::from_f64s(s, v.to_vec()).unwrap().astype(dtype).unwrap());
+                let (x, y, c) = (t(&shape, &xs), t(&shape, &ys), t(&[], &[0.25]));
+                let by_one = {
+                    let s = Rc::new(ops::binary(Bin::Add, x.clone(), y.clone()).unwrap());
+                    let s = Rc::new(crate::cpu::elementwise::unary(Un::Tanh, s).unwrap());
+                    let s = Rc::new(ops::binary_scalar(Bin::Mul, s, 0.5, false).unwrap());
+                    let m = tensor(ops::forward(&TOp::Cmp(Cmp::Max), &[&x, &c]).unwrap());
+                    ops::binary(Bin::Sub, s, m).unwrap()
+                };
+                let operands = |x: Rc<Tensor>| {
+                    vec![
+                        Operand::Tensor(x),
+                        Operand::Tensor(y.clone()),
+                        Operand::Float(0.5),
+                        Operand::Tensor(c.clone()),
+                    ]
+                };
+                let fused = run(&chain, &shape, operands(x.clone()))
+                    .unwrap_or_else(|_| panic!("the one-pass loop did not take the operands"));
+                assert_eq!(fused.dtype(), dtype);
+                assert_eq!(bits(&fused), bits(&by_one), "n = {n}, {dtype:?}");
+                // x held only by the chain: its buffer becomes the result.
+                let own = Rc::new((*x).clone());
+                let at = T::as_ptr(&own);
+                let fused = run(&chain, &shape, operands(own))
+                    .unwrap_or_else(|_| panic!("the one-pass loop did not take the operands"));
+                assert_eq!(T::as_ptr(&fused), at, "the result in x's buffer");
+                assert_eq!(bits(&fused), bits(&by_one), "n = {n}, {dtype:?}, in place");
+            }
+        }
+    }
+
+    /// The address of a tensor's elements.
+    struct T;
+    impl T {
+        fn as_ptr(t: &Tensor) -> usize {
+            match &t.storage {
+                Storage::F32(a) => a.as_ptr() as usize,
+                Storage::F64(a) => a.as_ptr() as usize,
+                _ => 0,
+            }
+        }
+    }
+
+    #[test]
+    fn operands_it_cannot_take_come_back() {
+        let chain = Chain::new(vec![(Step::Bin(Bin::Add), [Arg::In(0), Arg::In(1)])], 2).unwrap();
+        let x = Rc::new(Tensor::from_vec(&[2, 3], vec![1.0; 6]).unwrap());
+        let y = Rc::new(Tensor::from_vec(&[3], vec![1.0; 3]).unwrap());
+        // A broadcast operand of more than one element, another dtype, int64.
+        assert!(run(&chain, &[2, 3], vec![Operand::Tensor(x.clone()), Operand::Tensor(y)]).is_err());
+        let z = Rc::new(x.astype(DType::F64).unwrap());
+        assert!(run(&chain, &[2, 3], vec![Operand::Tensor(x.clone()), Operand::Tensor(z)]).is_err());
+        let i = Rc::new(x.astype(DType::I64).unwrap());
+        assert!(run(&chain, &[2, 3], vec![Operand::Tensor(i), Operand::Float(1.0)]).is_err());
+        assert!(Chain::new(vec![(Step::Bin(Bin::Add), [Arg::In(0), Arg::At(0)])], 1).is_none());
+        assert!(Chain::new(vec![(Step::Pick(Cmp::Less), [Arg::In(0), Arg::In(0)])], 1).is_none());
+    }
+}

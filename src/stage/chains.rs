@@ -1,0 +1,156 @@
+//! Elementwise chains: elementwise operations on tensors of one float dtype and shape, each
+//! intermediate read only by the next, become one node (`Op::Chain`) that the executor
+//! computes in one pass over its operands (`cpu::fused`), with no tensor written and read back
+//! between two of them. An optimiser's update `p - lr * g / sqrt (m + 1e-8)` is one loop
+//! instead of four; the reverse rule of `tanh`, `(1 - y * y) * g`, one instead of three.
+//!
+//! The chains are trees: an intermediate with a second reader (or that is an output) is
+//! computed once, as a chain's result of its own, and read from memory by both. The operands
+//! may be Floats and single elements (`clip`'s bounds) besides the tensors of the chain's
+//! shape; anything that broadcasts otherwise ends a chain. Each step is the operation the
+//! node computed, on the same element function, so a chain's result is the nodes' to the bit.
+
+use super::fuse::readers;
+use super::ir::{Args, Chained, Kind, Node, Op, Program};
+use crate::runtime::tensor::bin_of;
+use crate::tensor::cpu::fused::{Arg, Chain, Step};
+use crate::tensor::{Cmp, DType, TOp};
+use std::rc::Rc;
+
+/// The chain step a node's operation is, when it is elementwise.
+fn step_of(op: &Op) -> Option<Step> {
+    match op {
+        Op::Bin(p) => bin_of(*p).map(Step::Bin),
+        Op::Un(u) => Some(Step::Un(*u)),
+        Op::T(t) => match **t {
+            TOp::Cmp(c @ (Cmp::Max | Cmp::Min)) => Some(Step::Pick(c)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The operation a chain step is (the executor's fallback computes the steps one by one).
+pub fn op_of(step: Step) -> Op {
+    use crate::core::Prim;
+    use crate::tensor::Bin;
+    match step {
+        Step::Bin(b) => Op::Bin(match b {
+            Bin::Add => Prim::Add,
+            Bin::Sub => Prim::Sub,
+            Bin::Mul => Prim::Mul,
+            Bin::Div => Prim::Div,
+            // `step_of` makes no other (`bin_of`'s image).
+            Bin::Pow | Bin::Mask => Prim::Pow,
+        }),
+        Step::Un(u) => Op::Un(u),
+        Step::Pick(c) => Op::T(Box::new(TOp::Cmp(c))),
+    }
+}
+
+/// Whether node i can be a step of a chain: an elementwise operation whose result is a float
+/// tensor (of at least one axis) and whose operands are Floats, tensors of its dtype and
+/// shape, or single elements of its dtype.
+fn chainable(p: &Program, i: usize) -> bool {
+    let (Node::Apply(op, args), Kind::Tensor(dtype @ (DType::F32 | DType::F64), shape)) = (&p.nodes[i], &p.kinds[i])
+    else {
+        return false;
+    };
+    let arity = if matches!(op, Op::Un(_)) { 1 } else { 2 };
+    step_of(op).is_some()
+        && !shape.is_empty()
+        && args.len() == arity
+        && args.iter().all(|&a| match &p.kinds[a as usize] {
+            Kind::Float => true,
+            Kind::Tensor(d, s) => {
+                d == dtype && (**s == **shape || (s.iter().product::<usize>() == 1 && s.len() <= shape.len()))
+            }
+        })
+}
+
+/// The most steps in one chain: a pass keeps a block of each step's results (`cpu::fused`),
+/// and a long sum of tensors (a trace's `acc + x` a thousand times) would otherwise be one
+/// chain of a thousand blocks.
+const MOST_STEPS: usize = 32;
+
+pub fn chains(mut p: Program) -> Program {
+    let n = p.nodes.len();
+    let uses = readers(&p);
+    let steps: Vec<bool> = (0..n).map(|i| chainable(&p, i)).collect();
+    // Node a goes into its one reader's chain when both are steps of one kind, while the
+    // chain stays within MOST_STEPS (`size`: the steps of the chain ending at each node).
+    let mut inside = vec![false; n];
+    let mut size = vec![0usize; n];
+    for i in 0..n {
+        if let (true, Node::Apply(_, args)) = (steps[i], &p.nodes[i]) {
+            size[i] = 1;
+            for &a in args {
+                let a = a as usize;
+                if steps[a] && uses[a] == 1 && p.kinds[a] == p.kinds[i] && size[i] + size[a] <= MOST_STEPS {
+                    inside[a] = true;
+                    size[i] += size[a];
+                }
+            }
+        }
+    }
+    let mut changed = false;
+    for root in 0..n {
+        if !steps[root] || inside[root] {
+            continue;
+        }
+        let mut b = Builder { p: &p, inside: &inside, steps: Vec::new(), operands: Vec::new() };
+        b.visit(root);
+        if b.steps.len() < 2 {
+            continue;
+        }
+        let Builder { steps, operands, .. } = b;
+        let (Some(chain), Kind::Tensor(_, shape)) = (Chain::new(steps, operands.len()), &p.kinds[root]) else {
+            continue;
+        };
+        let op = Op::Chain(Rc::new(Chained { chain, shape: shape.to_vec() }));
+        p.nodes[root] = Node::Apply(op, Args::from(operands));
+        changed = true;
+    }
+    // The steps now inside chains are read by nobody.
+    if changed {
+        super::opt::dead_code(&mut p);
+    }
+    p
+}
+
+/// A chain's steps in the order they are computed (operands before the step that reads them),
+/// and its operands.
+struct Builder<'a> {
+    p: &'a Program,
+    inside: &'a [bool],
+    steps: Vec<(Step, [Arg; 2])>,
+    operands: Vec<u32>,
+}
+
+impl Builder<'_> {
+    /// Adds node i's steps, and returns where its value is.
+    fn visit(&mut self, i: usize) -> Arg {
+        let Node::Apply(op, args) = &self.p.nodes[i] else { return self.operand(i as u32) };
+        let Some(step) = step_of(op) else { return self.operand(i as u32) };
+        let mut at = [Arg::In(0); 2];
+        for (k, &a) in args.iter().enumerate() {
+            at[k] = if self.inside[a as usize] { self.visit(a as usize) } else { self.operand(a) };
+        }
+        if args.len() == 1 {
+            at[1] = at[0];
+        }
+        self.steps.push((step, at));
+        // At most MOST_STEPS steps.
+        Arg::At((self.steps.len() - 1) as u16)
+    }
+
+    /// Node a as an operand of the chain (each node once: `x * x` reads one operand twice).
+    fn operand(&mut self, a: u32) -> Arg {
+        let k = self.operands.iter().position(|&o| o == a).unwrap_or_else(|| {
+            self.operands.push(a);
+            self.operands.len() - 1
+        });
+        // At most MOST_STEPS + 1 operands.
+        Arg::In(k as u16)
+    }
+}
