@@ -420,6 +420,32 @@ fn elementwise_chains_give_the_machines_numbers() {
     }
 }
 
+/// The optimiser's identities are exact: `x - (-0)` is not `x` (for x = -0 it is +0, so
+/// 1 / it is +infinity, staged as unstaged), and a tensor of ones throughout (the seed a traced
+/// `grad` gives `sum`'s adjoint) is dropped from `ones * x` as the Float 1.0 is.
+#[test]
+fn identities_hold_bit_for_bit_and_see_through_tensors_of_ones() {
+    let src = "let nz = 0.0 * (-1.0)\n\
+               let f x = 1.0 / (x - nz)\n\
+               let g (t : Tensor) = tensor 1.0 / (t - tensor nz)\n\
+               let d = grad (fun x -> sum (tanh x))\n\
+               let () = println (show (f (-0.0)))\n\
+               let () = println (show (jit f (-0.0)))\n\
+               let () = println (show (to_list (g (tensor [-0.0, 2.0]))))\n\
+               let () = println (show (to_list (jit g (tensor [-0.0, 2.0]))))\n\
+               let () = println (show (to_list (d (tensor [0.5, -1.0]))))\n\
+               let () = println (show (to_list (jit d (tensor [0.5, -1.0]))))\n";
+    let r = run_with(&[], src, &[("DP_DUMP_IR", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    let out: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(out.len(), 6, "{}", r.stdout);
+    assert_eq!((out[0], out[1]), ("infinity", "infinity"));
+    assert_eq!((out[2], out[3]), ("[infinity, 0.5]", "[infinity, 0.5]"));
+    assert_eq!(out[4], out[5]);
+    let grad_ir = r.stderr.split("jit #3").nth(1).unwrap_or_default();
+    assert!(grad_ir.contains("tanh") && !grad_ir.contains("const <tensor>"), "{grad_ir}");
+}
+
 /// Runs `src` (which defines `f` and `j = jit (value_and_grad f)`) on two arguments, each
 /// through `value_and_grad f` and through `j`, with the IR dumped: the staged lines equal the
 /// unstaged ones to the last digit. Returns the IR's instruction lines.

@@ -11,7 +11,7 @@ use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
 use crate::tensor::cpu::fused::{self, Arg, Operand};
 use crate::tensor::{cpu, DType, Real, TOp, Tensor};
-use ndarray::{ArrayD, IxDyn};
+use ndarray::ArrayD;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -175,18 +175,19 @@ fn product_real<T: Real>(
     b: &Tensor,
 ) -> FResult<Option<Tensor>> {
     let (Some(x), Some(y)) = (T::of(a), T::of(b)) else { return Ok(None) };
-    let (mut out, beta) = match acc.take() {
+    match acc.take() {
         Some(Value::Tensor(t)) if T::of(&t).is_some() => {
             // The executor moves a value into its last reader, so this is usually the only
             // holder, and the product is added into the accumulator's own buffer.
             let owned = Rc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone());
-            let c =
+            let mut c =
                 T::take(owned.storage).map_err(|_| Fault::internal("a fused product's accumulator changed dtype"))?;
-            (c, T::one())
+            cpu::product_into(&mut c, x, tx, y, ty, T::one())?;
+            Ok(Some(Tensor::from_real(c)))
         }
         Some(other) => {
             *acc = Some(other);
-            return Ok(None);
+            Ok(None)
         }
         None => {
             let dims = |t: &ArrayD<T>, flipped: bool| match t.shape() {
@@ -199,11 +200,9 @@ fn product_real<T: Real>(
                 (None, Some((_, n))) => vec![n],
                 (None, None) => return Ok(None),
             };
-            (ArrayD::zeros(IxDyn(&shape)), T::zero())
+            Ok(Some(Tensor::from_real(cpu::product_new(&shape, x, tx, y, ty)?)))
         }
-    };
-    cpu::product_into(&mut out, x, tx, y, ty, beta)?;
-    Ok(Some(Tensor::from_real(out)))
+    }
 }
 
 /// The last node that reads each node (`None`: nothing does), so a value is moved into its

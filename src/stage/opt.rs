@@ -1,6 +1,6 @@
 //! The optimisations of a traced program, in one forward pass and one backward pass:
 //! - simplification: an operation on constants is computed once, at compile time (constant
-//!   folding), and the identities `x * 1`, `1 * x`, `x / 1`, `x - 0` (exact in IEEE
+//!   folding), and the identities `x * 1`, `1 * x`, `x / 1`, `x - (+0)` (exact in IEEE
 //!   arithmetic) become `x` when they keep its kind (no broadcast, no dtype change);
 //! - common subexpressions: a node equal to an earlier one (the same operation on the same
 //!   operands, or the same constant) is that node;
@@ -18,6 +18,7 @@ use super::exec;
 use super::ir::{Kind, Node, Op, Program};
 use crate::core::Prim;
 use crate::runtime::value::Value;
+use crate::tensor::{Real, Tensor};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -210,8 +211,18 @@ fn simplify(p: &mut Program) {
 
 /// The operand an identity operation returns unchanged, when its kind is the result's.
 fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], constants: &[bool], kind: &Kind) -> Option<u32> {
-    let is =
-        |i: u32, c: f64| constants[i as usize] && matches!(&nodes[i as usize], Node::Const(Value::Float(x)) if *x == c);
+    // Bit for bit: x - (-0) is not x (for x = -0 it is +0).
+    let is = |i: u32, c: f64| {
+        constants[i as usize]
+            && match &nodes[i as usize] {
+                Node::Const(Value::Float(x)) => x.to_bits() == c.to_bits(),
+                // A tensor of one value throughout (a traced `grad` seeds `sum`'s adjoint as a
+                // tensor of ones): the identity holds elementwise, so long as `keeps` (below)
+                // says the tensor does not broadcast the other operand.
+                Node::Const(Value::Tensor(t)) => splat_of(t, c),
+                _ => false,
+            }
+    };
     let keeps = |i: u32| &kinds[i as usize] == kind;
     let (a, b) = match args {
         [a, b] => (*a, *b),
@@ -225,6 +236,14 @@ fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], constants: &[
         _ => return None,
     };
     keeps(x).then_some(x)
+}
+
+/// Whether every element of a float tensor is c, bit for bit.
+fn splat_of(t: &Tensor, c: f64) -> bool {
+    fn all<T: Real>(t: &Tensor, c: f64) -> bool {
+        T::of(t).is_some_and(|a| a.iter().all(|&v| v.to_f64().is_some_and(|v| v.to_bits() == c.to_bits())))
+    }
+    all::<f32>(t, c) || all::<f64>(t, c)
 }
 
 pub(super) fn dead_code(p: &mut Program) {

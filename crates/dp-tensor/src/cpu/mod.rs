@@ -406,6 +406,12 @@ pub fn product_into<T: Real>(
     product_into_view(out.view_mut(), x, tx, y, ty, beta)
 }
 
+/// x' @ y' (as `product_into`) as a new array of `shape`, the product's, which float32's
+/// kernels write without zeroing it first (`product_result`).
+pub fn product_new<T: Real>(shape: &[usize], x: &ArrayD<T>, tx: bool, y: &ArrayD<T>, ty: bool) -> TResult<ArrayD<T>> {
+    product_result(shape, |out| product_into_view(out, x, tx, y, ty, T::zero()))
+}
+
 /// `product_into` for a view of the result. With beta = 0 every element of `out` is written
 /// and none is read.
 fn product_into_view<T: Real>(
