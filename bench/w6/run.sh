@@ -14,6 +14,8 @@
 # Checked values: the loss of step 1 (at the initial weights) must agree between every row to
 # 1e-5 relative (the table's value column, against the torch row); the loss of step 10 (after
 # nine AdamW updates) is printed beside it (loss10) and must agree to 1e-4.
+# A "dp jit" row times the same program with its loss and gradient staged (`… bench FILE S
+# jit`; JIT=0 leaves it out).
 # Environment: see ../tensors_common.sh (DP, FEATURES, ALSO_FEATURES, SKIP_BUILD, DP_RUNS,
 # DP_REPS; DATA is where the weights file is written, default /tmp/bench-data), VENV (default
 # /tmp/bench-venv, which has torch, jax and safetensors) and REFS (default "torch:eager jax:jit").
@@ -63,6 +65,18 @@ run_dp_rows_w6() {
             note "$label FAILED"; STATUS=1
         fi
     done
+    # The staged row (`bench FILE STEPS jit`: the loss and gradient under `jit`), on the first
+    # binary; JIT=0 leaves it out.
+    bin=${DP_BINS[0]} label="${DP_LABELS[0]} jit"
+    if [ "${JIT:-1}" != 0 ] && [ -x "$bin" ]; then
+        note "timing $label ($bin): $DP_RUNS x (steps=1, steps=$R)"
+        if dp_measure "$bin" "$PROG" "$R" bench "$INIT" -- jit; then
+            echo "$DP_LINE" >&2
+            dp_row "$label" "(T(steps=$R) - T(steps=1)) / $((R - 1)), medians of $DP_RUNS processes"
+        else
+            note "$label FAILED"; STATUS=1
+        fi
+    fi
 }
 
 run_dp_rows_w6
