@@ -376,7 +376,8 @@ fn row_adjoints_are_added_in_place_with_the_machines_numbers() {
 /// optimiser's update) are one `chain` node of the staged program, computed in one pass over
 /// blocks of elements; every element, forward and gradient, is the machine's to the last bit
 /// in float32 and float64, with Floats and single-element tensors among the operands, NaN and
-/// -0 among the elements, and tensors large enough to be split over the thread pool.
+/// -0 among the elements, tensors large enough to be split over the thread pool, and operands
+/// that broadcast (a bias, a per-row statistic).
 #[test]
 fn elementwise_chains_give_the_machines_numbers() {
     for dtype in ["float32", "float64"] {
@@ -400,13 +401,21 @@ fn elementwise_chains_give_the_machines_numbers() {
              let () = show_all (value_and_grad f big)\n\
              let () = show_all (j big)\n\
              let () = println (show (to_list (update (fst big, snd big))))\n\
-             let () = println (show (to_list (u (fst big, snd big))))\n"
+             let () = println (show (to_list (u (fst big, snd big))))\n\
+             let bc (x, b, r) = sum (tanh ((x - r) / (r * r + 1.0) * b + b))\n\
+             let jb = jit (value_and_grad bc)\n\
+             let bargs = (fst big, cast (randn 5 [100]), cast (randn 6 [150, 1]))\n\
+             let show3 (l, (gx, gb, gr)) = (println (show l); println (show (to_list gx)); println (show (to_list gb)); println (show (to_list gr)))\n\
+             let () = show3 (value_and_grad bc bargs)\n\
+             let () = show3 (jb bargs)\n"
         );
         let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
         assert!(r.ok, "dp failed:\n{}", r.stderr);
         let out: Vec<&str> = r.stdout.lines().collect();
-        assert_eq!(out.len(), 14, "{dtype}: {}", r.stdout);
-        for (k, (a, b)) in [(0, 3), (1, 4), (2, 5), (6, 9), (7, 10), (8, 11), (12, 13)].into_iter().enumerate() {
+        assert_eq!(out.len(), 22, "{dtype}: {}", r.stdout);
+        let pairs =
+            [(0, 3), (1, 4), (2, 5), (6, 9), (7, 10), (8, 11), (12, 13), (14, 18), (15, 19), (16, 20), (17, 21)];
+        for (k, (a, b)) in pairs.into_iter().enumerate() {
             assert!(out[a] == out[b], "{dtype}: line {a} unstaged, {b} staged (pair {k}) differ");
         }
         assert!(out[1].contains("nan"), "{dtype}: the NaN row reached the gradient: {}", out[1]);
@@ -417,6 +426,13 @@ fn elementwise_chains_give_the_machines_numbers() {
             "chain[s0 = mul #1 #2; s1 = mul #2 #2; s2 = add s1 #3; s3 = sqrt s2; s4 = div s0 s3; s5 = sub #0 s4]";
         assert!(ir.iter().any(|l| l.contains(update)), "{dtype}: {ir:#?}");
         assert!(chains >= 4, "{dtype}: {chains} chains in {ir:#?}");
+        // A per-row statistic ([150, 1]) and a bias ([100]) read inside chains of [150, 100].
+        for want in [
+            "chain[s0 = sub #0 #1; s1 = div s0 #2] %0 %2 %4 : ",
+            "chain[s0 = mul #0 #1; s1 = add s0 #1; s2 = tanh s1] %5 %1 : ",
+        ] {
+            assert!(ir.iter().any(|l| l.contains(want) && l.ends_with("[150, 100]")), "{dtype}: {want} in {ir:#?}");
+        }
     }
 }
 

@@ -5,16 +5,16 @@
 //! instead of four; the reverse rule of `tanh`, `(1 - y * y) * g`, one instead of three.
 //!
 //! The chains are trees: an intermediate with a second reader (or that is an output) is
-//! computed once, as a chain's result of its own, and read from memory by both. The operands
-//! may be Floats and single elements (`clip`'s bounds) besides the tensors of the chain's
-//! shape; anything that broadcasts otherwise ends a chain. Each step is the operation the
+//! computed once, as a chain's result of its own, and read from memory by both. Every step
+//! has the chain's shape; the operands may also be Floats, single elements (`clip`'s bounds)
+//! and tensors that broadcast to it (a bias, layer norm's per-row statistics). Each step is the operation the
 //! node computed, on the same element function, so a chain's result is the nodes' to the bit.
 
 use super::fuse::readers;
 use super::ir::{Args, Chained, Kind, Node, Op, Program};
 use crate::runtime::tensor::bin_of;
 use crate::tensor::cpu::fused::{Arg, Chain, Step};
-use crate::tensor::{Cmp, DType, TOp};
+use crate::tensor::{broadcast_shape, Cmp, DType, TOp};
 use std::rc::Rc;
 
 /// The chain step a node's operation is, when it is elementwise.
@@ -49,8 +49,9 @@ pub fn op_of(step: Step) -> Op {
 }
 
 /// Whether node i can be a step of a chain: an elementwise operation whose result is a float
-/// tensor (of at least one axis) and whose operands are Floats, tensors of its dtype and
-/// shape, or single elements of its dtype.
+/// tensor (of at least one axis) and whose operands are Floats or tensors of its dtype (of its
+/// shape, or broadcast to it: the loop takes single elements and operands that repeat in whole
+/// blocks, and hands any other broadcast back to be computed step by step).
 fn chainable(p: &Program, i: usize) -> bool {
     let (Node::Apply(op, args), Kind::Tensor(dtype @ (DType::F32 | DType::F64), shape)) = (&p.nodes[i], &p.kinds[i])
     else {
@@ -62,9 +63,7 @@ fn chainable(p: &Program, i: usize) -> bool {
         && args.len() == arity
         && args.iter().all(|&a| match &p.kinds[a as usize] {
             Kind::Float => true,
-            Kind::Tensor(d, s) => {
-                d == dtype && (**s == **shape || (s.iter().product::<usize>() == 1 && s.len() <= shape.len()))
-            }
+            Kind::Tensor(d, s) => d == dtype && broadcast_shape(s, shape).is_ok_and(|b| b == **shape),
         })
 }
 

@@ -7,7 +7,8 @@
 //! the number the operations one by one compute, to the bit.
 
 use super::elementwise::{unary_cost, with_bin, with_un, ARITHMETIC_COST};
-use super::simd::{self, By, Shared};
+use super::layout::repeat_of;
+use super::simd::{self, By, Repeat, Shared};
 use crate::op::{Bin, Cmp, Un};
 use crate::{Real, Tensor};
 use ndarray::{ArrayD, IxDyn};
@@ -82,7 +83,8 @@ pub enum Operand {
 }
 
 /// The chain on its operands as a tensor of `shape`, in one pass, when every tensor operand
-/// is a row-major CPU tensor of one float dtype with that shape or a single element; else the
+/// is a row-major CPU tensor of one float dtype with that shape, a single element, or one
+/// that repeats in whole blocks to fill it (a bias, a per-row statistic); else the
 /// operands back, for the caller to compute the steps one by one. The result is written over
 /// an operand's buffer when nothing else holds it.
 pub fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
@@ -104,6 +106,12 @@ enum Leaf<T> {
     /// All n elements, row-major.
     Whole(*const T),
     One(T),
+    /// A row-major operand repeated as a whole along the leading axes (a bias): element i of
+    /// the result reads element i mod len.
+    Cycle(*const T, usize),
+    /// A row-major operand each of whose elements spreads over a run of the trailing axes (a
+    /// per-row statistic, [n, 1]): element i of the result reads element i / run.
+    Spread(*const T, usize),
 }
 
 // SAFETY: the pointers are read-only views of buffers that outlive the pass, shared by the
@@ -120,6 +128,13 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
             Operand::Tensor(t) => match T::of(t).and_then(|a| a.as_slice().map(|s| (a, s))) {
                 Some((a, s)) if a.shape() == shape => Leaf::Whole(s.as_ptr()),
                 Some((a, s)) if s.len() == 1 && a.ndim() <= shape.len() => Leaf::One(s[0]),
+                Some((a, s)) if crate::broadcast_shape(a.shape(), shape).ok().as_deref() == Some(shape) => {
+                    match repeat_of(a, shape) {
+                        Some(Repeat::Cycle) => Leaf::Cycle(s.as_ptr(), s.len()),
+                        Some(Repeat::Spread) => Leaf::Spread(s.as_ptr(), n / s.len()),
+                        None => return Err(operands),
+                    }
+                }
                 _ => return Err(operands),
             },
         });
@@ -172,16 +187,36 @@ const BLOCK: usize = 256;
 /// Computes the chain for the elements `r`, into `out` (r's length).
 ///
 /// # Safety
-/// Every `Whole` leaf points at a buffer holding at least `r.end` elements; `out` may be one
-/// of those buffers' range `r`, and is not otherwise read.
+/// Every `Whole` leaf points at a buffer holding at least `r.end` elements, and every `Cycle`
+/// and `Spread` leaf at an operand that repeats to at least `r.end`; `out` may be one of the
+/// `Whole` buffers' range `r`, and is not otherwise read.
 unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<usize>, out: &mut [MaybeUninit<T>]) {
     let steps = chain.steps.len();
     // Each step's block of results (no wider than the range: a chain on a 100-element vector).
     let width = BLOCK.min(r.len());
     let mut regs: Vec<T> = vec![T::zero(); steps * width];
+    // The repeated operands' elements for the block, each in its slot (`slot[i]`).
+    let mut slot = vec![usize::MAX; leaves.len()];
+    let mut repeated = 0;
+    for (i, leaf) in leaves.iter().enumerate() {
+        if matches!(leaf, Leaf::Cycle(..) | Leaf::Spread(..)) {
+            slot[i] = repeated;
+            repeated += 1;
+        }
+    }
+    let mut spread: Vec<T> = vec![T::zero(); repeated * width];
     let mut lo = r.start;
     while lo < r.end {
         let b = width.min(r.end - lo);
+        for (i, leaf) in leaves.iter().enumerate() {
+            let block = match slot[i] {
+                usize::MAX => continue,
+                k => &mut spread[k * width..k * width + b],
+            };
+            // SAFETY: the caller's contract: each repeated operand holds len (or n / run)
+            // elements, and i mod len (or i / run) indexes them for every i < n.
+            unsafe { fill_repeated(*leaf, lo, block) };
+        }
         for (k, (step, args)) in chain.steps.iter().enumerate() {
             let (done, rest) = regs.split_at_mut(k * width);
             let src = |a: Arg| match a {
@@ -189,6 +224,10 @@ unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<us
                     // SAFETY: the caller's contract: the buffer holds elements lo..lo + b.
                     Leaf::Whole(p) => Src::Slice(unsafe { std::slice::from_raw_parts(p.add(lo), b) }),
                     Leaf::One(x) => Src::One(x),
+                    Leaf::Cycle(..) | Leaf::Spread(..) => {
+                        let k = slot[i as usize];
+                        Src::Slice(&spread[k * width..k * width + b])
+                    }
                 },
                 Arg::At(j) => Src::Slice(&done[j as usize * width..j as usize * width + b]),
             };
@@ -200,6 +239,38 @@ unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<us
             o.write(x);
         }
         lo += b;
+    }
+}
+
+/// The elements lo, lo + 1, … of a repeated operand broadcast to the result, into `block`.
+///
+/// # Safety
+/// A `Cycle` leaf points at `len` elements; a `Spread` leaf at enough for every
+/// (lo + j) / run, j < block's length.
+#[inline]
+unsafe fn fill_repeated<T: Copy>(leaf: Leaf<T>, lo: usize, block: &mut [T]) {
+    match leaf {
+        Leaf::Cycle(p, len) => {
+            // SAFETY: the caller's contract.
+            let y = unsafe { std::slice::from_raw_parts(p, len) };
+            let (mut at, mut j) = (lo % len, 0);
+            while j < block.len() {
+                let take = (len - at).min(block.len() - j);
+                block[j..j + take].copy_from_slice(&y[at..at + take]);
+                (at, j) = (0, j + take);
+            }
+        }
+        Leaf::Spread(p, run) => {
+            let mut j = 0;
+            while j < block.len() {
+                let e = (lo + j) / run;
+                let take = ((e + 1) * run - (lo + j)).min(block.len() - j);
+                // SAFETY: the caller's contract.
+                block[j..j + take].fill(unsafe { *p.add(e) });
+                j += take;
+            }
+        }
+        Leaf::Whole(_) | Leaf::One(_) => {}
     }
 }
 
@@ -314,6 +385,44 @@ mod tests {
         }
     }
 
+    /// Layer norm's tail, (x - mu) / sd * gamma + beta with mu, sd of shape [rows, 1] (each
+    /// spread over a row) and gamma, beta of shape [cols] (repeated for every row), against
+    /// the operations one by one: on one block, across blocks whose edges fall inside rows, and
+    /// over more than one piece of the pool.
+    #[test]
+    fn repeated_operands_are_the_broadcasts_to_the_bit() {
+        use Arg::{At, In};
+        let chain = Chain::new(
+            vec![
+                (Step::Bin(Bin::Sub), [In(0), In(1)]),
+                (Step::Bin(Bin::Div), [At(0), In(2)]),
+                (Step::Bin(Bin::Mul), [At(1), In(3)]),
+                (Step::Bin(Bin::Add), [At(2), In(4)]),
+            ],
+            5,
+        )
+        .unwrap();
+        for (rows, cols) in [(3, 5), (7, 100), (300, 67)] {
+            let t = |s: &[usize], seed: usize| {
+                let n: usize = s.iter().product();
+                let v = (0..n).map(|i| (((i + seed) * 37 % 101) as f64 - 50.0) / 17.0).collect();
+                Rc::new(Tensor::from_f64s(s, v).unwrap().astype(DType::F32).unwrap())
+            };
+            let (x, mu, sd) = (t(&[rows, cols], 0), t(&[rows, 1], 3), t(&[rows, 1], 5));
+            let (gamma, beta) = (t(&[cols], 7), t(&[cols], 11));
+            let by_one = {
+                let s = Rc::new(ops::binary(Bin::Sub, x.clone(), mu.clone()).unwrap());
+                let s = Rc::new(ops::binary(Bin::Div, s, sd.clone()).unwrap());
+                let s = Rc::new(ops::binary(Bin::Mul, s, gamma.clone()).unwrap());
+                ops::binary(Bin::Add, s, beta.clone()).unwrap()
+            };
+            let operands = [x, mu, sd, gamma, beta].into_iter().map(Operand::Tensor).collect();
+            let fused = run(&chain, &[rows, cols], operands)
+                .unwrap_or_else(|_| panic!("the one-pass loop did not take the operands"));
+            assert_eq!(bits(&fused), bits(&by_one), "{rows} x {cols}");
+        }
+    }
+
     /// The address of a tensor's elements.
     struct T;
     impl T {
@@ -331,8 +440,14 @@ mod tests {
         let chain = Chain::new(vec![(Step::Bin(Bin::Add), [Arg::In(0), Arg::In(1)])], 2).unwrap();
         let x = Rc::new(Tensor::from_vec(&[2, 3], vec![1.0; 6]).unwrap());
         let y = Rc::new(Tensor::from_vec(&[3], vec![1.0; 3]).unwrap());
-        // A broadcast operand of more than one element, another dtype, int64.
-        assert!(run(&chain, &[2, 3], vec![Operand::Tensor(x.clone()), Operand::Tensor(y)]).is_err());
+        // A broadcast that is not whole blocks ([2, 1] against [2, 3] is; [3, 1] against
+        // [3, 2, 3] is not), another dtype, int64.
+        let x3 = Rc::new(Tensor::from_vec(&[3, 2, 3], vec![1.0; 18]).unwrap());
+        let y3 = Rc::new(Tensor::from_vec(&[3, 1, 1], vec![1.0; 3]).unwrap());
+        assert!(run(&chain, &[3, 2, 3], vec![Operand::Tensor(x3.clone()), Operand::Tensor(y3)]).is_ok());
+        let y31 = Rc::new(Tensor::from_vec(&[3, 1], vec![1.0; 3]).unwrap());
+        assert!(run(&chain, &[3, 2, 3], vec![Operand::Tensor(x3), Operand::Tensor(y31)]).is_err());
+        let _ = y;
         let z = Rc::new(x.astype(DType::F64).unwrap());
         assert!(run(&chain, &[2, 3], vec![Operand::Tensor(x.clone()), Operand::Tensor(z)]).is_err());
         let i = Rc::new(x.astype(DType::I64).unwrap());
