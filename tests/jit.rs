@@ -436,6 +436,33 @@ fn elementwise_chains_give_the_machines_numbers() {
     }
 }
 
+/// Batched products of a stack's transpose (attention's `q @ kᵀ`, and the reverse rule of a
+/// batched `@`) read the transposed operand through strides, one stacked GEMM call each, with
+/// the machine's numbers to the last bit in float32 and float64.
+#[test]
+fn batched_products_read_transposes_in_place_with_the_machines_numbers() {
+    for dtype in ["float32", "float64"] {
+        let src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let f (q, k) = sum (tanh (q @ einsum \"bij->bji\" [k]) @ k)\n\
+             let j = jit (value_and_grad f)\n\
+             let args = (cast (randn 1 [3, 5, 4]), cast (randn 2 [3, 6, 4]))\n\
+             let show_all (l, (gq, gk)) = (println (show l); println (show (to_list gq)); println (show (to_list gk)))\n\
+             let () = show_all (value_and_grad f args)\n\
+             let () = show_all (j args)\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert!(out.len() == 6 && out[..3] == out[3..], "{dtype}: {}", r.stdout);
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        // q @ kᵀ reads k (input 1) itself; the reverse pass's products read their transposed
+        // operands in place too (gemm_tn).
+        assert!(ir.iter().any(|l| l.contains("= gemm_nt %0 %1 :")), "{dtype}: {ir:#?}");
+        assert!(ir.iter().any(|l| l.contains("= gemm_tn ")), "{dtype}: {ir:#?}");
+    }
+}
+
 /// The optimiser's identities are exact: `x - (-0)` is not `x` (for x = -0 it is +0, so
 /// 1 / it is +infinity, staged as unstaged), and a tensor of ones throughout (the seed a traced
 /// `grad` gives `sum`'s adjoint) is dropped from `ones * x` as the Float 1.0 is.

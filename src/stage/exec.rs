@@ -190,15 +190,19 @@ fn product_real<T: Real>(
             Ok(None)
         }
         None => {
+            // Matrices (rows, columns) as read, and the batch axes of stacks of them.
             let dims = |t: &ArrayD<T>, flipped: bool| match t.shape() {
-                &[r, c] => Some(if flipped { (c, r) } else { (r, c) }),
+                [.., r, c] if t.ndim() >= 2 => Some(if flipped { (*c, *r) } else { (*r, *c) }),
                 _ => None,
             };
             let shape = match (dims(x, tx), dims(y, ty)) {
-                (Some((m, _)), Some((_, n))) => vec![m, n],
-                (Some((m, _)), None) => vec![m],
-                (None, Some((_, n))) => vec![n],
-                (None, None) => return Ok(None),
+                (Some((m, _)), Some((_, n))) => {
+                    let batch = &x.shape()[..x.ndim() - 2];
+                    batch.iter().copied().chain([m, n]).collect()
+                }
+                (Some((m, _)), None) if x.ndim() == 2 => vec![m],
+                (None, Some((_, n))) if y.ndim() == 2 => vec![n],
+                _ => return Ok(None),
             };
             Ok(Some(Tensor::from_real(cpu::product_new(&shape, x, tx, y, ty)?)))
         }

@@ -211,27 +211,44 @@ fn append(out: &mut Program, op: TOp, args: Vec<u32>, shape: [usize; 2]) -> u32 
 }
 
 /// Whether `a @ b` (node `at`) is a product the GEMM computes in place: float operands of
-/// one dtype, matrices or vectors, and a tensor result (a vector-by-vector product is a
-/// Float).
+/// one dtype, matrices or vectors, or stacks of matrices with the result's batch axes (no
+/// broadcast batch), and a tensor result (a vector-by-vector product is a Float).
 fn products(p: &Program, a: u32, b: u32, at: usize) -> bool {
     let float_tensor = |i: usize| match &p.kinds[i] {
-        Kind::Tensor(d @ (DType::F32 | DType::F64), s) if (1..=2).contains(&s.len()) => Some(*d),
+        Kind::Tensor(d @ (DType::F32 | DType::F64), s) => Some((*d, s.as_slice())),
         _ => None,
     };
-    match (float_tensor(a as usize), float_tensor(b as usize), float_tensor(at)) {
-        (Some(da), Some(db), Some(dr)) => da == db && db == dr,
+    let (Some((da, sa)), Some((db, sb)), Some((dr, sr))) =
+        (float_tensor(a as usize), float_tensor(b as usize), float_tensor(at))
+    else {
+        return false;
+    };
+    let one_dtype = da == db && db == dr;
+    let shapes = match (sa.len(), sb.len(), sr.len()) {
+        (1..=2, 1..=2, _) => true,
+        (r, r2, r3) if r > 2 && r2 == r && r3 == r => sa[..r - 2] == sr[..r - 2] && sb[..r - 2] == sr[..r - 2],
         _ => false,
-    }
+    };
+    one_dtype && shapes
 }
 
-/// `t`'s operand when `t` is the transpose of a matrix (read through a strided view instead),
-/// else `t` itself.
+/// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them (the
+/// operand is then read through a strided view instead), else `t` itself.
 fn through_transpose(p: &Program, t: u32) -> (u32, bool) {
+    let swaps_last_two = |op: &TOp, rank: usize| match op {
+        TOp::Transpose => rank == 2,
+        TOp::Permute(perm) => {
+            rank > 2
+                && perm.len() == rank
+                && perm[..rank - 2].iter().enumerate().all(|(i, &a)| a == i)
+                && perm[rank - 2..] == [rank - 1, rank - 2]
+        }
+        _ => false,
+    };
     match &p.nodes[t as usize] {
         Node::Apply(Op::T(op), args)
-            if **op == TOp::Transpose
-                && args.len() == 1
-                && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if s.len() == 2) =>
+            if args.len() == 1
+                && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if swaps_last_two(op, s.len())) =>
         {
             (args[0], true)
         }
