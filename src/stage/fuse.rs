@@ -232,9 +232,19 @@ fn products(p: &Program, a: u32, b: u32, at: usize) -> bool {
     one_dtype && shapes
 }
 
-/// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them (the
-/// operand is then read through a strided view instead), else `t` itself.
-fn through_transpose(p: &Program, t: u32) -> (u32, bool) {
+/// What a product's operand `t` reads, and whether transposed: through every node that swaps
+/// the last two axes of a matrix or of a stack of them (an odd number of swaps is one
+/// transpose, read through a strided view; an even number, none).
+fn through_transpose(p: &Program, mut t: u32) -> (u32, bool) {
+    let mut flipped = false;
+    while let (x, true) = swapped(p, t) {
+        (t, flipped) = (x, !flipped);
+    }
+    (t, flipped)
+}
+
+/// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them, else `t`.
+fn swapped(p: &Program, t: u32) -> (u32, bool) {
     let swaps_last_two = |op: &TOp, rank: usize| match op {
         TOp::Transpose => rank == 2,
         TOp::Permute(perm) => {
