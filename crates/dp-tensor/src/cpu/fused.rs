@@ -160,14 +160,14 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
             let at = Shared(s.as_mut_ptr() as *mut MaybeUninit<T>);
             // SAFETY: the pieces are disjoint ranges of `s`'s n elements; the leaves that read
             // `s` read a block before `pass` writes it.
-            simd::in_pieces(n, cost, &|r| unsafe { pass(chain, &leaves, r.clone(), at.piece(r)) });
+            simd::in_pieces(n, cost, &|r| unsafe { pass(chain, &leaves, r.clone(), at.piece(r), true) });
             a
         }
         None => {
             let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<T>]| {
                 // SAFETY: the leaves are n-element buffers (or single elements) that outlive
                 // the pass, and none is `d`.
-                unsafe { pass(chain, &leaves, r, d) }
+                unsafe { pass(chain, &leaves, r, d, false) }
             };
             // SAFETY: `pass` writes every element of its piece.
             let v = unsafe { simd::build_in_pieces(n, 1, cost, &write) };
@@ -189,8 +189,15 @@ const BLOCK: usize = 256;
 /// # Safety
 /// Every `Whole` leaf points at a buffer holding at least `r.end` elements, and every `Cycle`
 /// and `Spread` leaf at an operand that repeats to at least `r.end`; `out` may be one of the
-/// `Whole` buffers' range `r`, and is not otherwise read.
-unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<usize>, out: &mut [MaybeUninit<T>]) {
+/// `Whole` buffers' range `r` when `reads_out` (the last step's block is then written there
+/// after the steps have read it; otherwise the last step writes `out` itself).
+unsafe fn pass<T: Real>(
+    chain: &Chain,
+    leaves: &[Leaf<T>],
+    r: std::ops::Range<usize>,
+    out: &mut [MaybeUninit<T>],
+    reads_out: bool,
+) {
     let steps = chain.steps.len();
     // Each step's block of results (no wider than the range: a chain on a 100-element vector).
     let width = BLOCK.min(r.len());
@@ -231,12 +238,21 @@ unsafe fn pass<T: Real>(chain: &Chain, leaves: &[Leaf<T>], r: std::ops::Range<us
                 },
                 Arg::At(j) => Src::Slice(&done[j as usize * width..j as usize * width + b]),
             };
-            apply(*step, src(args[0]), src(args[1]), &mut rest[..b]);
+            let at = lo - r.start;
+            let dst = if k + 1 == steps && !reads_out {
+                &mut out[at..at + b]
+            } else {
+                // SAFETY: initialised elements, and the loops write only initialised values.
+                unsafe { &mut *(&mut rest[..b] as *mut [T] as *mut [MaybeUninit<T>]) }
+            };
+            apply(*step, src(args[0]), src(args[1]), dst);
         }
-        let last = &regs[(steps - 1) * width..(steps - 1) * width + b];
-        let at = lo - r.start;
-        for (o, &x) in out[at..at + b].iter_mut().zip(last) {
-            o.write(x);
+        if reads_out {
+            let last = &regs[(steps - 1) * width..(steps - 1) * width + b];
+            let at = lo - r.start;
+            for (o, &x) in out[at..at + b].iter_mut().zip(last) {
+                o.write(x);
+            }
         }
         lo += b;
     }
@@ -284,13 +300,13 @@ enum Src<'a, T> {
 /// `step` on one block, into `d`. A step whose operands are single elements fills the block
 /// with its one value (the operations one by one would broadcast that value later).
 #[inline]
-fn apply<T: Real>(step: Step, x: Src<T>, y: Src<T>, d: &mut [T]) {
-    // SAFETY: `d` is initialised, and the loops write only initialised values into it.
-    let out = unsafe { &mut *(d as *mut [T] as *mut [MaybeUninit<T>]) };
+fn apply<T: Real>(step: Step, x: Src<T>, y: Src<T>, out: &mut [MaybeUninit<T>]) {
     match step {
         Step::Un(u) => match x {
             Src::Slice(s) => with_un!(u, F, simd::map_to(s, out, F)),
-            Src::One(v) => d.fill(T::un(u, v)),
+            Src::One(v) => out.iter_mut().for_each(|o| {
+                o.write(T::un(u, v));
+            }),
         },
         Step::Bin(op) => with_bin!(op, T, f, binary(x, y, out, f)),
         Step::Pick(c) => binary(x, y, out, move |p: T, q: T| c.pick(p, q)),
