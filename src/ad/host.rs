@@ -45,6 +45,11 @@ pub trait Host {
         beta: f32,
     ) -> FResult<bool>;
 
+    /// `x' @ y'` as a new tensor of `shape` (the product's), written without zeroing it
+    /// first: the fused reverse rule's first contribution to an adjoint. `Ok(None)` where
+    /// `product_into` would refuse.
+    fn product(&mut self, shape: &[usize], x: &Tensor, tx: bool, y: &Tensor, ty: bool) -> FResult<Option<Tensor>>;
+
     /// The handler of the running `grad` of `tag` (the state in its delimiter), where the
     /// adjoint records of that level go; `None` when that `grad` is not running.
     fn handler(&mut self, tag: u32) -> Option<&mut GradState>;

@@ -36,35 +36,44 @@ pub(super) fn adjoint_into<H: Host>(
         (1, 1, 2) => return Ok(outer.push(cell, a.clone(), g.clone())),
         _ => {}
     }
-    let shape = if i == 0 { a.shape() } else { b.shape() };
-    let mut slot = cell.adj.borrow_mut();
-    let mut target = match slot.take() {
-        None => Rc::new(Tensor::zeros(shape)),
-        Some(Value::Tensor(t)) if t.cpu().is_some() && t.shape() == shape => t,
-        other => {
-            *slot = other;
-            return Ok(false);
-        }
-    };
-    let Some(buf) = Rc::get_mut(&mut target) else {
-        *slot = Some(Value::Tensor(target));
-        return Ok(false);
-    };
-    let done = match (i, a.shape().len(), b.shape().len()) {
-        (0, 2, 2) => m.product_into(buf, g, false, b, true, 1.0),
-        (1, 2, 2) => m.product_into(buf, a, true, g, false, 1.0),
+    // The contribution x' @ y' (x' = x, or its transpose with tx; likewise y').
+    let (x, tx, y, ty) = match (i, a.shape().len(), b.shape().len()) {
+        (0, 2, 2) => (g, false, b, true),
+        (1, 2, 2) => (a, true, g, false),
         // A @ b: db += Aᵀ g (g as a row times A).  a @ B: da += B g.
-        (1, 2, 1) => m.product_into(buf, g, false, a, false, 1.0),
-        (0, 1, 2) => m.product_into(buf, b, false, g, false, 1.0),
+        (1, 2, 1) => (g, false, a, false),
+        (0, 1, 2) => (b, false, g, false),
         // Stacks of matrices with the same batch axes (broadcast ones are left to the
         // generic rule, which sums over the broadcast axes): the transposes are read in place.
-        (0, r, s) if r > 2 && r == s => m.product_into(buf, g, false, b, true, 1.0),
-        (1, r, s) if r > 2 && r == s => m.product_into(buf, a, true, g, false, 1.0),
-        _ => Ok(false),
+        (0, r, s) if r > 2 && r == s => (g, false, b, true),
+        (1, r, s) if r > 2 && r == s => (a, true, g, false),
+        _ => return Ok(false),
     };
-    // A refusal writes nothing (shapes are checked first), so the buffer goes back as is.
-    *slot = Some(Value::Tensor(target));
-    done
+    let shape = if i == 0 { a.shape() } else { b.shape() };
+    let mut slot = cell.adj.borrow_mut();
+    match slot.take() {
+        // The first contribution is the adjoint: a new product, not one added to zeros.
+        None => match m.product(shape, x, tx, y, ty)? {
+            Some(t) => {
+                *slot = Some(Value::Tensor(Rc::new(t)));
+                Ok(true)
+            }
+            None => Ok(false),
+        },
+        Some(Value::Tensor(mut target)) if target.cpu().is_some() && target.shape() == shape => {
+            let done = match Rc::get_mut(&mut target) {
+                Some(buf) => m.product_into(buf, x, tx, y, ty, 1.0),
+                None => Ok(false),
+            };
+            // A refusal writes nothing (shapes are checked first), so the buffer goes back as is.
+            *slot = Some(Value::Tensor(target));
+            done
+        }
+        other => {
+            *slot = other;
+            Ok(false)
+        }
+    }
 }
 
 /// Outer-product adjoints (dW += u ⊗ v, from matrix-vector products), collected per input

@@ -53,6 +53,12 @@ impl Host for Machine {
         let Some(out) = out.f32s_mut() else { return Ok(false) };
         Ok(cpu::product_into(out, x, tx, y, ty, beta).is_ok())
     }
+    fn product(&mut self, shape: &[usize], x: &Tensor, tx: bool, y: &Tensor, ty: bool) -> FResult<Option<Tensor>> {
+        // Float32 CPU operands, as `product_into`; a shape the product does not have is
+        // refused before anything is written.
+        let (Some(x), Some(y)) = (x.cpu(), y.cpu()) else { return Ok(None) };
+        Ok(cpu::product_new(shape, x, tx, y, ty).ok().map(Tensor::from_array))
+    }
     #[inline]
     fn handler(&mut self, tag: u32) -> Option<&mut GradState> {
         self.grad_handler(tag)
