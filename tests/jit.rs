@@ -463,6 +463,22 @@ fn batched_products_read_transposes_in_place_with_the_machines_numbers() {
     }
 }
 
+/// A reshape of a single element read by a chain is read through (log_softmax's reverse rule
+/// reshapes its sum to [1]), so the staged program has no reshape node left there; the
+/// gradient is the machine's.
+#[test]
+fn chains_read_through_reshapes_of_one_element() {
+    let src = "let f (y, i) = 0.0 - sum (gather (log_softmax y) i 0)\n\
+               let args = (randn 1 [7], astype \"int64\" (tensor [3.0]))\n\
+               let () = println (show (to_list (fst (grad f args))))\n\
+               let () = println (show (to_list (fst (jit (grad f) args))))\n";
+    let r = run_with(&[], src, &[("DP_DUMP_IR", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    let out: Vec<&str> = r.stdout.lines().collect();
+    assert!(out.len() == 2 && out[0] == out[1], "{}", r.stdout);
+    assert!(r.stderr.contains("chain[") && !r.stderr.contains("reshape"), "{}", r.stderr);
+}
+
 /// The optimiser's identities are exact: `x - (-0)` is not `x` (for x = -0 it is +0, so
 /// 1 / it is +infinity, staged as unstaged), and a tensor of ones throughout (the seed a traced
 /// `grad` gives `sum`'s adjoint) is dropped from `ones * x` as the Float 1.0 is.

@@ -144,12 +144,26 @@ impl Builder<'_> {
     }
 
     /// Node a as an operand of the chain (each node once: `x * x` reads one operand twice).
+    /// A reshape of a single element is read through (the loop reads one element alike
+    /// whatever its shape), so the reshape need not run.
     fn operand(&mut self, a: u32) -> Arg {
+        let a = self.through_unit_reshape(a);
         let k = self.operands.iter().position(|&o| o == a).unwrap_or_else(|| {
             self.operands.push(a);
             self.operands.len() - 1
         });
         // At most MOST_STEPS + 1 operands.
         Arg::In(k as u16)
+    }
+
+    fn through_unit_reshape(&self, a: u32) -> u32 {
+        let single =
+            |i: u32| matches!(&self.p.kinds[i as usize], Kind::Tensor(_, s) if s.iter().product::<usize>() == 1);
+        match &self.p.nodes[a as usize] {
+            Node::Apply(Op::T(t), x) if matches!(**t, TOp::Reshape(_)) && x.len() == 1 && single(a) && single(x[0]) => {
+                x[0]
+            }
+            _ => a,
+        }
     }
 }
