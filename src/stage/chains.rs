@@ -7,8 +7,9 @@
 //! The chains are trees: an intermediate with a second reader (or that is an output) is
 //! computed once, as a chain's result of its own, and read from memory by both. Every step
 //! has the chain's shape; the operands may also be Floats, single elements (`clip`'s bounds)
-//! and tensors that broadcast to it (a bias, layer norm's per-row statistics). Each step is the operation the
-//! node computed, on the same element function, so a chain's result is the nodes' to the bit.
+//! and tensors that broadcast to it (a bias, layer norm's per-row statistics). Each step is
+//! the operation the node computed, on the same element function, so a chain's result is the
+//! nodes' to the bit.
 
 use super::fuse::readers;
 use super::ir::{Args, Chained, Kind, Node, Op, Program};
@@ -40,8 +41,9 @@ pub fn op_of(step: Step) -> Op {
             Bin::Sub => Prim::Sub,
             Bin::Mul => Prim::Mul,
             Bin::Div => Prim::Div,
-            // `step_of` makes no other (`bin_of`'s image).
-            Bin::Pow | Bin::Mask => Prim::Pow,
+            Bin::Pow => Prim::Pow,
+            // (`step_of` makes no `Mask` step; the tensor op is the same operation.)
+            Bin::Mask => return Op::T(Box::new(TOp::Mask)),
         }),
         Step::Un(u) => Op::Un(u),
         Step::Pick(c) => Op::T(Box::new(TOp::Cmp(c))),
@@ -57,10 +59,8 @@ fn chainable(p: &Program, i: usize) -> bool {
     else {
         return false;
     };
-    let arity = if matches!(op, Op::Un(_)) { 1 } else { 2 };
-    step_of(op).is_some()
+    step_of(op).is_some_and(|step| args.len() == step.arity())
         && !shape.is_empty()
-        && args.len() == arity
         && args.iter().all(|&a| match &p.kinds[a as usize] {
             Kind::Float => true,
             Kind::Tensor(d, s) => d == dtype && broadcast_shape(s, shape).is_ok_and(|b| b == **shape),

@@ -89,9 +89,8 @@ fn chain(c: &Chained, args: Vec<Value>) -> FResult<Value> {
             Arg::In(k) => value(&operands[k as usize]),
             Arg::At(j) => results[j as usize].clone(),
         };
-        let op = super::chains::op_of(step);
-        let args = if matches!(op, Op::Un(_)) { vec![arg(x)] } else { vec![arg(x), arg(y)] };
-        let r = apply(&op, args)?;
+        let args = [x, y][..step.arity()].iter().map(|&a| arg(a)).collect();
+        let r = apply(&super::chains::op_of(step), args)?;
         results.push(r);
     }
     results.pop().ok_or_else(|| Fault::internal("an empty chain"))
@@ -192,7 +191,7 @@ fn product_real<T: Real>(
         None => {
             // Matrices (rows, columns) as read, and the batch axes of stacks of them.
             let dims = |t: &ArrayD<T>, flipped: bool| match t.shape() {
-                [.., r, c] if t.ndim() >= 2 => Some(if flipped { (*c, *r) } else { (*r, *c) }),
+                [.., r, c] => Some(if flipped { (*c, *r) } else { (*r, *c) }),
                 _ => None,
             };
             let shape = match (dims(x, tx), dims(y, ty)) {

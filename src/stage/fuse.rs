@@ -237,14 +237,14 @@ fn products(p: &Program, a: u32, b: u32, at: usize) -> bool {
 /// transpose, read through a strided view; an even number, none).
 fn through_transpose(p: &Program, mut t: u32) -> (u32, bool) {
     let mut flipped = false;
-    while let (x, true) = swapped(p, t) {
+    while let Some(x) = swapped(p, t) {
         (t, flipped) = (x, !flipped);
     }
     (t, flipped)
 }
 
-/// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them, else `t`.
-fn swapped(p: &Program, t: u32) -> (u32, bool) {
+/// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them.
+fn swapped(p: &Program, t: u32) -> Option<u32> {
     let swaps_last_two = |op: &TOp, rank: usize| match op {
         TOp::Transpose => rank == 2,
         TOp::Permute(perm) => {
@@ -260,8 +260,8 @@ fn swapped(p: &Program, t: u32) -> (u32, bool) {
             if args.len() == 1
                 && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if swaps_last_two(op, s.len())) =>
         {
-            (args[0], true)
+            Some(args[0])
         }
-        _ => (t, false),
+        _ => None,
     }
 }

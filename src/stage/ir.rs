@@ -225,9 +225,9 @@ impl fmt::Display for Op {
                     .steps()
                     .iter()
                     .enumerate()
-                    .map(|(j, &(step, [x, y]))| match super::chains::op_of(step) {
-                        op @ Op::Un(_) => format!("s{j} = {op} {}", arg(x)),
-                        op => format!("s{j} = {op} {} {}", arg(x), arg(y)),
+                    .map(|(j, &(step, args))| {
+                        let read: Vec<String> = args[..step.arity()].iter().map(|&a| arg(a)).collect();
+                        format!("s{j} = {} {}", super::chains::op_of(step), read.join(" "))
                     })
                     .collect();
                 write!(f, "chain[{}]", steps.join("; "))

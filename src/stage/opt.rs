@@ -228,14 +228,14 @@ fn identity(op: &Op, args: &[u32], nodes: &[Node], kinds: &[Kind], constants: &[
         [a, b] => (*a, *b),
         _ => return None,
     };
-    let x = match op {
-        Op::Bin(Prim::Mul) if is(b, 1.0) => a,
-        Op::Bin(Prim::Mul) if is(a, 1.0) => b,
-        Op::Bin(Prim::Div) if is(b, 1.0) => a,
-        Op::Bin(Prim::Sub) if is(b, 0.0) => a,
-        _ => return None,
-    };
-    keeps(x).then_some(x)
+    // The kind first: `is` reads a constant tensor whole.
+    match op {
+        Op::Bin(Prim::Mul) if keeps(a) && is(b, 1.0) => Some(a),
+        Op::Bin(Prim::Mul) if keeps(b) && is(a, 1.0) => Some(b),
+        Op::Bin(Prim::Div) if keeps(a) && is(b, 1.0) => Some(a),
+        Op::Bin(Prim::Sub) if keeps(a) && is(b, 0.0) => Some(a),
+        _ => None,
+    }
 }
 
 /// Whether every element of a float tensor is c, bit for bit.

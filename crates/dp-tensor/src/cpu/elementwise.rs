@@ -94,7 +94,7 @@ pub(crate) const ARITHMETIC_COST: f64 = 10.0;
 pub(crate) const FUNCTION_COST: f64 = 40.0;
 
 /// The array of a tensor only this caller holds, when it is stored as `T`; or the tensor back.
-fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
+pub(crate) fn owned<T: Real>(t: Rc<Tensor>) -> Result<ArrayD<T>, Rc<Tensor>> {
     match Rc::try_unwrap(t) {
         Ok(Tensor { storage }) => T::take(storage).map_err(|storage| Rc::new(Tensor { storage })),
         Err(shared) => Err(shared),

@@ -6,7 +6,7 @@
 //! functions, as the single operations of `elementwise` and `compare`), so every element is
 //! the number the operations one by one compute, to the bit.
 
-use super::elementwise::{unary_cost, with_bin, with_un, ARITHMETIC_COST};
+use super::elementwise::{owned, unary_cost, with_bin, with_un, ARITHMETIC_COST};
 use super::layout::repeat_of;
 use super::simd::{self, By, Repeat, Shared};
 use crate::op::{Bin, Cmp, Un};
@@ -24,6 +24,16 @@ pub enum Step {
     Un(Un),
     /// `max_of` or `min_of` (`Cmp::pick`).
     Pick(Cmp),
+}
+
+impl Step {
+    /// How many operands the step reads (a math function's second `Arg` is not read).
+    pub fn arity(self) -> usize {
+        match self {
+            Step::Un(_) => 1,
+            Step::Bin(_) | Step::Pick(_) => 2,
+        }
+    }
 }
 
 /// Where a step's operand comes from.
@@ -142,11 +152,10 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
     if n == 0 {
         return Ok(Tensor::from_real(ArrayD::<T>::zeros(IxDyn(shape))));
     }
-    // An operand only this pass holds, of the result's shape, takes the result: each block is
-    // read whole before its result is written back (`pass`).
-    let reusable = operands.iter().position(|o| match o {
-        Operand::Tensor(t) => Rc::strong_count(t) == 1 && T::of(t).is_some_and(|a| a.shape() == shape),
-        Operand::Float(_) => false,
+    // An operand of the result's shape (a `Whole` leaf) that only this pass holds takes the
+    // result: each block is read whole before its result is written back (`pass`).
+    let reusable = (0..operands.len()).find(|&k| {
+        matches!(leaves[k], Leaf::Whole(_)) && matches!(&operands[k], Operand::Tensor(t) if Rc::strong_count(t) == 1)
     });
     let cost = chain.cost_each();
     let out = match reusable {
@@ -154,9 +163,18 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
             let Operand::Tensor(t) = std::mem::replace(&mut operands[k], Operand::Float(0.0)) else {
                 return Err(operands);
             };
-            let Ok(Tensor { storage }) = Rc::try_unwrap(t) else { return Err(operands) };
-            let Ok(mut a) = T::take(storage) else { return Err(operands) };
-            let Some(s) = a.as_slice_mut() else { return Err(operands) };
+            let mut a = match owned::<T>(t) {
+                Ok(a) => a,
+                Err(t) => {
+                    operands[k] = Operand::Tensor(t);
+                    return Err(operands);
+                }
+            };
+            let Some(s) = a.as_slice_mut() else {
+                // (Not reached: a `Whole` leaf is row-major.) The operand goes back as it was.
+                operands[k] = Operand::Tensor(Rc::new(Tensor::from_real(a)));
+                return Err(operands);
+            };
             let at = Shared(s.as_mut_ptr() as *mut MaybeUninit<T>);
             // SAFETY: the pieces are disjoint ranges of `s`'s n elements; the leaves that read
             // `s` read a block before `pass` writes it.
@@ -224,6 +242,7 @@ unsafe fn pass<T: Real>(
             // elements, and i mod len (or i / run) indexes them for every i < n.
             unsafe { fill_repeated(*leaf, lo, block) };
         }
+        let at = lo - r.start;
         for (k, (step, args)) in chain.steps.iter().enumerate() {
             let (done, rest) = regs.split_at_mut(k * width);
             let src = |a: Arg| match a {
@@ -238,7 +257,6 @@ unsafe fn pass<T: Real>(
                 },
                 Arg::At(j) => Src::Slice(&done[j as usize * width..j as usize * width + b]),
             };
-            let at = lo - r.start;
             let dst = if k + 1 == steps && !reads_out {
                 &mut out[at..at + b]
             } else {
@@ -249,7 +267,6 @@ unsafe fn pass<T: Real>(
         }
         if reads_out {
             let last = &regs[(steps - 1) * width..(steps - 1) * width + b];
-            let at = lo - r.start;
             for (o, &x) in out[at..at + b].iter_mut().zip(last) {
                 o.write(x);
             }
@@ -297,7 +314,7 @@ enum Src<'a, T> {
     One(T),
 }
 
-/// `step` on one block, into `d`. A step whose operands are single elements fills the block
+/// `step` on one block, into `out`. A step whose operands are single elements fills the block
 /// with its one value (the operations one by one would broadcast that value later).
 #[inline]
 fn apply<T: Real>(step: Step, x: Src<T>, y: Src<T>, out: &mut [MaybeUninit<T>]) {
@@ -455,7 +472,6 @@ mod tests {
     fn operands_it_cannot_take_come_back() {
         let chain = Chain::new(vec![(Step::Bin(Bin::Add), [Arg::In(0), Arg::In(1)])], 2).unwrap();
         let x = Rc::new(Tensor::from_vec(&[2, 3], vec![1.0; 6]).unwrap());
-        let y = Rc::new(Tensor::from_vec(&[3], vec![1.0; 3]).unwrap());
         // A broadcast that is not whole blocks ([2, 1] against [2, 3] is; [3, 1] against
         // [3, 2, 3] is not), another dtype, int64.
         let x3 = Rc::new(Tensor::from_vec(&[3, 2, 3], vec![1.0; 18]).unwrap());
@@ -463,7 +479,6 @@ mod tests {
         assert!(run(&chain, &[3, 2, 3], vec![Operand::Tensor(x3.clone()), Operand::Tensor(y3)]).is_ok());
         let y31 = Rc::new(Tensor::from_vec(&[3, 1], vec![1.0; 3]).unwrap());
         assert!(run(&chain, &[3, 2, 3], vec![Operand::Tensor(x3), Operand::Tensor(y31)]).is_err());
-        let _ = y;
         let z = Rc::new(x.astype(DType::F64).unwrap());
         assert!(run(&chain, &[2, 3], vec![Operand::Tensor(x.clone()), Operand::Tensor(z)]).is_err());
         let i = Rc::new(x.astype(DType::I64).unwrap());
