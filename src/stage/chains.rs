@@ -14,7 +14,7 @@
 use super::fuse::readers;
 use super::ir::{Args, Chained, Kind, Node, Op, Program};
 use crate::runtime::tensor::bin_of;
-use crate::tensor::cpu::fused::{Arg, Chain, Step};
+use crate::tensor::chain::{Arg, Chain, Step};
 use crate::tensor::{broadcast_shape, Cmp, DType, TOp};
 use std::rc::Rc;
 

@@ -9,7 +9,7 @@ use super::native;
 use crate::core::Prim;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
-use crate::tensor::cpu::fused::{self, Arg, Operand};
+use crate::tensor::chain::{self as fused, Arg, Operand};
 use crate::tensor::{cpu, DType, Real, TOp, Tensor};
 use ndarray::ArrayD;
 use std::cell::RefCell;
@@ -64,8 +64,9 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
     }
 }
 
-/// `Op::Chain`: one pass of the tensor library's loop where it takes the operands (CPU
-/// floats), else the steps one by one.
+/// `Op::Chain`: one pass on the operands' device where it takes them (the CPU's blocked loop
+/// on float tensors, a generated shader on GPU tensors: `tensor::chain::run`), else the steps
+/// one by one.
 fn chain(c: &Chained, args: Vec<Value>) -> FResult<Value> {
     let mut operands = Vec::with_capacity(args.len());
     for a in args {

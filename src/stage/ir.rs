@@ -4,7 +4,7 @@
 
 use crate::core::Prim;
 use crate::runtime::value::Value;
-use crate::tensor::cpu::fused::{Arg, Chain};
+use crate::tensor::chain::{Arg, Chain};
 use crate::tensor::{fmt_shape, DType, TOp, Un};
 use std::fmt;
 use std::rc::Rc;

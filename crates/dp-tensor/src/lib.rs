@@ -8,6 +8,7 @@
 //! and reports `TensorError`s, which the interpreter turns into its run-time faults. A test in
 //! the `dp` crate (tests/layers.rs) holds the line.
 
+pub mod chain;
 pub mod cpu;
 mod dtype;
 mod error;

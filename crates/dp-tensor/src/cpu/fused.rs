@@ -1,4 +1,4 @@
-//! A chain of elementwise operations computed in one pass over its operands: a staged
+//! A chain of elementwise operations (`crate::chain`) computed in one pass on the CPU: a staged
 //! program's `tanh (x + y) * z` reads x, y and z once and writes one result, where the
 //! operations one by one would write and read back a tensor between each two (and allocate
 //! it). The chain runs in blocks of a few hundred elements that stay in the L1 cache: each
@@ -9,101 +9,25 @@
 use super::elementwise::{owned, unary_cost, with_bin, with_un, ARITHMETIC_COST};
 use super::layout::repeat_of;
 use super::simd::{self, By, Repeat, Shared};
-use crate::op::{Bin, Cmp, Un};
+use crate::chain::{Arg, Chain, Operand, Step};
+use crate::op::{Bin, Un};
 use crate::{Real, Tensor};
 use ndarray::{ArrayD, IxDyn};
 use std::mem::MaybeUninit;
 use std::rc::Rc;
-
-/// One elementwise operation of a chain.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Step {
-    /// `+ - * / **` and `mask`, as `ops::binary`.
-    Bin(Bin),
-    /// A math function, as `ops::unary` (its second operand is not read).
-    Un(Un),
-    /// `max_of` or `min_of` (`Cmp::pick`).
-    Pick(Cmp),
-}
-
-impl Step {
-    /// How many operands the step reads (a math function's second `Arg` is not read).
-    pub fn arity(self) -> usize {
-        match self {
-            Step::Un(_) => 1,
-            Step::Bin(_) | Step::Pick(_) => 2,
-        }
-    }
-}
-
-/// Where a step's operand comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arg {
-    /// The chain's k-th operand.
-    In(u16),
-    /// An earlier step's result.
-    At(u16),
-}
-
-/// The steps, in order; the last one's result is the chain's.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Chain {
-    steps: Vec<(Step, [Arg; 2])>,
-    operands: usize,
-}
-
-impl Chain {
-    /// A chain of `operands` operands, or None when a step reads an operand or a step that
-    /// is not there (or not before it), or `Pick` is not `max_of`/`min_of`.
-    pub fn new(steps: Vec<(Step, [Arg; 2])>, operands: usize) -> Option<Chain> {
-        let fine = |k: usize, a: Arg| match a {
-            Arg::In(i) => (i as usize) < operands,
-            Arg::At(j) => (j as usize) < k,
-        };
-        let valid = !steps.is_empty()
-            && steps.len() <= u16::MAX as usize
-            && steps.iter().enumerate().all(|(k, (step, args))| {
-                args.iter().all(|&a| fine(k, a)) && !matches!(step, Step::Pick(c) if c.gives_bool())
-            });
-        valid.then_some(Chain { steps, operands })
-    }
-
-    pub fn steps(&self) -> &[(Step, [Arg; 2])] {
-        &self.steps
-    }
-
-    /// The work of one element, in the pool's units (`elementwise::ARITHMETIC_COST`).
-    fn cost_each(&self) -> f64 {
-        self.steps
-            .iter()
-            .map(|(s, _)| match s {
-                Step::Un(u) => unary_cost(*u),
-                _ => ARITHMETIC_COST,
-            })
-            .sum()
-    }
-}
-
-/// An operand of a chain: a tensor, or a Float (converted to the tensor's dtype as
-/// `ops::binary_scalar` converts it).
-#[derive(Clone, Debug)]
-pub enum Operand {
-    Tensor(Rc<Tensor>),
-    Float(f64),
-}
 
 /// The chain on its operands as a tensor of `shape`, in one pass, when every tensor operand
 /// is a row-major CPU tensor of one float dtype with that shape, a single element, or one
 /// that repeats in whole blocks to fill it (a bias, a per-row statistic); else the
 /// operands back, for the caller to compute the steps one by one. The result is written over
 /// an operand's buffer when nothing else holds it.
-pub fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
+pub(crate) fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
     let dtype = operands.iter().find_map(|o| match o {
         Operand::Tensor(t) => Some(t.dtype()),
         Operand::Float(_) => None,
     });
     match dtype {
-        _ if operands.len() != chain.operands || shape.is_empty() => Err(operands),
+        _ if operands.len() != chain.operands() || shape.is_empty() => Err(operands),
         Some(crate::DType::F32) => run_real::<f32>(chain, shape, operands),
         Some(crate::DType::F64) => run_real::<f64>(chain, shape, operands),
         _ => Err(operands),
@@ -157,7 +81,7 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
     let reusable = (0..operands.len()).find(|&k| {
         matches!(leaves[k], Leaf::Whole(_)) && matches!(&operands[k], Operand::Tensor(t) if Rc::strong_count(t) == 1)
     });
-    let cost = chain.cost_each();
+    let cost = cost_each(chain);
     let out = match reusable {
         Some(k) => {
             let Operand::Tensor(t) = std::mem::replace(&mut operands[k], Operand::Float(0.0)) else {
@@ -198,6 +122,18 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
     Ok(Tensor { storage: T::storage(out) })
 }
 
+/// The work of one element, in the pool's units (`elementwise::ARITHMETIC_COST`).
+fn cost_each(chain: &Chain) -> f64 {
+    chain
+        .steps()
+        .iter()
+        .map(|(s, _)| match s {
+            Step::Un(u) => unary_cost(*u),
+            _ => ARITHMETIC_COST,
+        })
+        .sum()
+}
+
 /// The elements of one block the loops work on at a time: a step's results for a block, at
 /// float64, are 2 KB, so a chain's steps stay in the L1 cache together.
 const BLOCK: usize = 256;
@@ -216,7 +152,7 @@ unsafe fn pass<T: Real>(
     out: &mut [MaybeUninit<T>],
     reads_out: bool,
 ) {
-    let steps = chain.steps.len();
+    let steps = chain.steps().len();
     // Each step's block of results (no wider than the range: a chain on a 100-element vector).
     let width = BLOCK.min(r.len());
     let mut regs: Vec<T> = vec![T::zero(); steps * width];
@@ -243,7 +179,7 @@ unsafe fn pass<T: Real>(
             unsafe { fill_repeated(*leaf, lo, block) };
         }
         let at = lo - r.start;
-        for (k, (step, args)) in chain.steps.iter().enumerate() {
+        for (k, (step, args)) in chain.steps().iter().enumerate() {
             let (done, rest) = regs.split_at_mut(k * width);
             let src = |a: Arg| match a {
                 Arg::In(i) => match leaves[i as usize] {
@@ -345,6 +281,7 @@ fn binary<T: Real>(x: Src<T>, y: Src<T>, d: &mut [MaybeUninit<T>], f: impl Fn(T,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::Cmp;
     use crate::ops::{self, Out};
     use crate::{DType, Storage, TOp};
 

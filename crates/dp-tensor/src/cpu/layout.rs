@@ -147,17 +147,26 @@ pub fn add_into_slice<T: Clone + std::ops::AddAssign>(
 /// None for any other broadcast, or when `y` is not row-major. These are the broadcasts of a
 /// model's layers, which ndarray's general iteration ran element by element.
 pub(crate) fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<Repeat> {
-    let n: usize = shape.iter().product();
-    if !y.is_standard_layout() || y.is_empty() || !n.is_multiple_of(y.len()) {
+    if !y.is_standard_layout() {
         return None;
     }
-    let own: Vec<usize> = y.shape().iter().copied().skip_while(|&d| d == 1).collect();
-    if shape.ends_with(&own) {
+    repeat_of_shape(y.shape(), shape)
+}
+
+/// `repeat_of` for a row-major operand of shape `own` (the GPU's tensors are all row-major).
+pub(crate) fn repeat_of_shape(own: &[usize], shape: &[usize]) -> Option<Repeat> {
+    let n: usize = shape.iter().product();
+    let len: usize = own.iter().product();
+    if len == 0 || !n.is_multiple_of(len) {
+        return None;
+    }
+    let kept: Vec<usize> = own.iter().copied().skip_while(|&d| d == 1).collect();
+    if shape.ends_with(&kept) {
         return Some(Repeat::Cycle);
     }
-    let lead = y.shape().iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
-    let pad = shape.len().checked_sub(y.ndim())?;
-    (shape[pad..pad + lead] == y.shape()[..lead] && shape[..pad].iter().all(|&d| d == 1)).then_some(Repeat::Spread)
+    let lead = own.iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+    let pad = shape.len().checked_sub(own.len())?;
+    (shape[pad..pad + lead] == own[..lead] && shape[..pad].iter().all(|&d| d == 1)).then_some(Repeat::Spread)
 }
 
 #[cfg(test)]

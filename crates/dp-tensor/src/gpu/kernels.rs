@@ -8,8 +8,12 @@ use super::{context, Gpu, GpuTensor};
 use crate::op::{Bin, Cmp, Conv, Un};
 use crate::{broadcast_shape, fmt_shape, TResult};
 
-const ELEMENTWISE: (&str, &str) = ("elementwise.wgsl", include_str!("shaders/elementwise.wgsl"));
-const UNARY: (&str, &str) = ("unary.wgsl", include_str!("shaders/unary.wgsl"));
+/// The element functions every elementwise shader shares (prepended to each).
+pub(super) const ELEMENT_FNS: &str = include_str!("shaders/element.wgsl");
+const ELEMENTWISE: (&str, &str) =
+    ("elementwise.wgsl", concat!(include_str!("shaders/element.wgsl"), include_str!("shaders/elementwise.wgsl")));
+const UNARY: (&str, &str) =
+    ("unary.wgsl", concat!(include_str!("shaders/element.wgsl"), include_str!("shaders/unary.wgsl")));
 const MATMUL: (&str, &str) = ("matmul.wgsl", include_str!("shaders/matmul.wgsl"));
 const REDUCE: (&str, &str) = ("reduce.wgsl", include_str!("shaders/reduce.wgsl"));
 const SOFTMAX: (&str, &str) = ("softmax.wgsl", include_str!("shaders/softmax.wgsl"));
@@ -57,7 +61,7 @@ fn pipe(g: &Gpu, shader: (&'static str, &'static str), entry: &'static str) -> T
     g.pipeline(shader.0, shader.1, entry)
 }
 
-fn u32_of(n: usize, what: &str) -> TResult<u32> {
+pub(super) fn u32_of(n: usize, what: &str) -> TResult<u32> {
     u32::try_from(n).map_err(|_| format!("{what} ({n}) is too large for the GPU backend").into())
 }
 
@@ -74,11 +78,11 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-fn groups(n: usize, wg: usize) -> u64 {
+pub(super) fn groups(n: usize, wg: usize) -> u64 {
     n.div_ceil(wg) as u64
 }
 
-fn new_output(g: &Gpu, shape: Vec<usize>) -> TResult<GpuTensor> {
+pub(super) fn new_output(g: &Gpu, shape: Vec<usize>) -> TResult<GpuTensor> {
     let n: usize = shape.iter().product();
     Ok(GpuTensor::new(g.alloc(n)?, shape))
 }

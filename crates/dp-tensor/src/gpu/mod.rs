@@ -12,6 +12,7 @@
 //!
 //! `kernels.rs` holds the operations, `ops.rs` the op table (`ops::Backend`) on them.
 
+pub mod fused;
 pub mod kernels;
 pub mod ops;
 
@@ -104,6 +105,8 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
+    /// Pipelines of generated shaders (`fused`), by their source.
+    generated: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     pending: Mutex<Pending>,
     pool: Mutex<Pool>,
     /// The first error wgpu reported outside an operation's own checks (validation, memory).
@@ -123,6 +126,8 @@ struct Pool {
 
 /// Buffers kept for reuse at most (they are recycled by exact size: training loops repeat).
 const POOL_LIMIT: u64 = 1 << 30;
+/// Generated pipelines kept at most (a staged program has a few dozen chains).
+const GENERATED_LIMIT: usize = 512;
 /// Operations recorded before the pending encoder is submitted anyway.
 const BATCH: usize = 64;
 
@@ -201,6 +206,7 @@ fn create() -> TResult<Gpu> {
         limits,
         modules: Mutex::new(HashMap::new()),
         pipelines: Mutex::new(HashMap::new()),
+        generated: Mutex::new(HashMap::new()),
         pending: Mutex::new(Pending { encoder: None, ops: 0 }),
         pool: Mutex::new(Pool::default()),
         error,
@@ -389,6 +395,33 @@ impl Gpu {
         });
         self.take_error().map_err(|e| format!("compiling {file}:{entry}: {e}"))?;
         pipes.insert((file, entry), p.clone());
+        Ok(p)
+    }
+
+    /// The cached pipeline of the entry point `entry` of a generated shader (compiled the first
+    /// time its source is seen; at most `GENERATED_LIMIT` kept, the cache emptied when full).
+    pub fn generated_pipeline(&self, source: String, entry: &'static str) -> TResult<wgpu::ComputePipeline> {
+        let mut pipes = self.generated.lock().map_err(|_| "GPU pipeline cache poisoned")?;
+        if let Some(p) = pipes.get(&source) {
+            return Ok(p.clone());
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(entry),
+            source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
+        });
+        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        self.take_error().map_err(|e| format!("compiling a generated `{entry}` shader: {e}"))?;
+        if pipes.len() >= GENERATED_LIMIT {
+            pipes.clear();
+        }
+        pipes.insert(source, p.clone());
         Ok(p)
     }
 

@@ -1,0 +1,92 @@
+//! A chain of elementwise operations run as one pass over its operands (a staged program's
+//! `tanh (x + y) * z` reads x, y and z once and writes one result, where the operations one
+//! by one would write and read back a tensor between each two). This module is the chain as
+//! data, the same on every device; `run` hands it to the device's pass: the CPU's blocked
+//! loop (`cpu::fused`) or a compute shader generated for the chain (`gpu::fused`).
+
+use crate::op::{Bin, Cmp, Un};
+use crate::Tensor;
+use std::rc::Rc;
+
+/// One elementwise operation of a chain.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Step {
+    /// `+ - * / **` and `mask`, as `ops::binary`.
+    Bin(Bin),
+    /// A math function, as `ops::unary` (its second operand is not read).
+    Un(Un),
+    /// `max_of` or `min_of` (`Cmp::pick`).
+    Pick(Cmp),
+}
+
+impl Step {
+    /// How many operands the step reads (a math function's second `Arg` is not read).
+    pub fn arity(self) -> usize {
+        match self {
+            Step::Un(_) => 1,
+            Step::Bin(_) | Step::Pick(_) => 2,
+        }
+    }
+}
+
+/// Where a step's operand comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    /// The chain's k-th operand.
+    In(u16),
+    /// An earlier step's result.
+    At(u16),
+}
+
+/// The steps, in order; the last one's result is the chain's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chain {
+    steps: Vec<(Step, [Arg; 2])>,
+    operands: usize,
+}
+
+impl Chain {
+    /// A chain of `operands` operands, or None when a step reads an operand or a step that
+    /// is not there (or not before it), or `Pick` is not `max_of`/`min_of`.
+    pub fn new(steps: Vec<(Step, [Arg; 2])>, operands: usize) -> Option<Chain> {
+        let fine = |k: usize, a: Arg| match a {
+            Arg::In(i) => (i as usize) < operands,
+            Arg::At(j) => (j as usize) < k,
+        };
+        let valid = !steps.is_empty()
+            && steps.len() <= u16::MAX as usize
+            && steps.iter().enumerate().all(|(k, (step, args))| {
+                args.iter().all(|&a| fine(k, a)) && !matches!(step, Step::Pick(c) if c.gives_bool())
+            });
+        valid.then_some(Chain { steps, operands })
+    }
+
+    pub fn steps(&self) -> &[(Step, [Arg; 2])] {
+        &self.steps
+    }
+
+    /// How many operands the chain reads.
+    pub fn operands(&self) -> usize {
+        self.operands
+    }
+}
+
+/// An operand of a chain: a tensor, or a Float (converted to the tensor's dtype as
+/// `ops::binary_scalar` converts it).
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Tensor(Rc<Tensor>),
+    Float(f64),
+}
+
+/// The chain on its operands as a tensor of `shape`, in one pass on the operands' device,
+/// when that device's pass takes them (see `cpu::fused::run` and `gpu::fused::run`); else the
+/// operands back, for the caller to compute the steps one by one.
+pub fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
+    let on_gpu = operands.iter().any(|o| matches!(o, Operand::Tensor(t) if t.is_gpu()));
+    if on_gpu {
+        crate::gpu::fused::run(chain, shape, operands)
+    } else {
+        crate::cpu::fused::run(chain, shape, operands)
+    }
+}
