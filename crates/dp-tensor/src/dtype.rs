@@ -168,7 +168,11 @@ impl Real for f64 {
     }
     #[inline(always)]
     fn un(op: Un, x: f64) -> f64 {
-        op.eval(x)
+        match op {
+            Un::Exp => crate::cpu::vmath::f64s::exp(x),
+            Un::Tanh => crate::cpu::vmath::f64s::tanh(x),
+            _ => op.eval(x),
+        }
     }
     // float64 products go through ndarray's (matrixmultiply's) dgemm: dp's own micro-kernels
     // are float32's, the dtype of every model's weights; float64 is for accuracy checks. An
