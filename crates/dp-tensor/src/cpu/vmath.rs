@@ -99,7 +99,7 @@ pub mod f64s {
     const LOG2E: f64 = std::f64::consts::LOG2_E;
     /// ln 2 in two parts, the first with its low 32 bits zero so `n · LN2_HI` is exact for
     /// every n in range (Cody–Waite).
-    const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
     /// 1.5 · 2^52: adding it rounds to the nearest integer and leaves it in the low bits.
     const ROUND: f64 = 6_755_399_441_055_744.0;
