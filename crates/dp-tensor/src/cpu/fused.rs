@@ -152,12 +152,39 @@ unsafe fn pass<T: Real>(
     out: &mut [MaybeUninit<T>],
     reads_out: bool,
 ) {
-    let steps = chain.steps().len();
-    // Each step's block of results (no wider than the range: a chain on a 100-element vector).
-    let width = BLOCK.min(r.len());
-    let mut regs: Vec<T> = vec![T::zero(); steps * width];
-    // The repeated operands' elements for the block, each in its slot (`slot[i]`).
-    let mut slot = vec![usize::MAX; leaves.len()];
+    // Where each repeated operand's block is kept (`slot[i]`), on the stack for a staged chain.
+    let mut slot = [usize::MAX; MOST_LEAVES];
+    // SAFETY: the caller's contract.
+    unsafe {
+        if leaves.len() > MOST_LEAVES {
+            return pass_with(chain, leaves, r, out, reads_out, &mut vec![usize::MAX; leaves.len()]);
+        }
+        pass_with(chain, leaves, r, out, reads_out, &mut slot[..leaves.len()])
+    }
+}
+
+/// Operands of a chain whose slots `pass` keeps on the stack (a staged chain has at most 33).
+const MOST_LEAVES: usize = 64;
+
+thread_local! {
+    /// `pass`'s blocks of step results and repeated operands, kept per thread: a staged
+    /// program runs its chains over and over, many of them on a few hundred elements, where
+    /// allocating and zeroing the blocks on every call was a measurable part of the pass.
+    static BLOCKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `pass` with `slot` (one entry per leaf) to fill.
+///
+/// # Safety
+/// As `pass`.
+unsafe fn pass_with<T: Real>(
+    chain: &Chain,
+    leaves: &[Leaf<T>],
+    r: std::ops::Range<usize>,
+    out: &mut [MaybeUninit<T>],
+    reads_out: bool,
+    slot: &mut [usize],
+) {
     let mut repeated = 0;
     for (i, leaf) in leaves.iter().enumerate() {
         if matches!(leaf, Leaf::Cycle(..) | Leaf::Spread(..)) {
@@ -165,7 +192,45 @@ unsafe fn pass<T: Real>(
             repeated += 1;
         }
     }
-    let mut spread: Vec<T> = vec![T::zero(); repeated * width];
+    const { assert!(std::mem::align_of::<T>() <= 8) };
+    let width = BLOCK.min(r.len());
+    let len = (chain.steps().len() + repeated) * width;
+    BLOCKS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            // Elements of T in u64 words (T is f32 or f64: any bits are a value).
+            let words = (len * std::mem::size_of::<T>()).div_ceil(8);
+            if v.len() < words {
+                v.resize(words, 0);
+            }
+            // SAFETY: the words hold at least len elements of T, suitably aligned (T's
+            // alignment is at most 8); every bit pattern is a float.
+            let blocks = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<T>(), len) };
+            // SAFETY: the caller's contract.
+            unsafe { run_blocks(chain, leaves, r, out, reads_out, slot, blocks) }
+        }
+        // Only if a pass re-entered itself on this thread; a private buffer keeps that correct.
+        // SAFETY: the caller's contract.
+        Err(_) => unsafe { run_blocks(chain, leaves, r, out, reads_out, slot, &mut vec![T::zero(); len]) },
+    })
+}
+
+/// `pass` with `blocks` holding the step results' blocks, then the repeated operands'.
+///
+/// # Safety
+/// As `pass`.
+unsafe fn run_blocks<T: Real>(
+    chain: &Chain,
+    leaves: &[Leaf<T>],
+    r: std::ops::Range<usize>,
+    out: &mut [MaybeUninit<T>],
+    reads_out: bool,
+    slot: &[usize],
+    blocks: &mut [T],
+) {
+    let steps = chain.steps().len();
+    // Each step's block of results (no wider than the range: a chain on a 100-element vector).
+    let width = BLOCK.min(r.len());
+    let (regs, spread) = blocks.split_at_mut(steps * width);
     let mut lo = r.start;
     while lo < r.end {
         let b = width.min(r.end - lo);
