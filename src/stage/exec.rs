@@ -57,11 +57,36 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
             Some(Value::Tensor(t)) => Ok(tensor::wrap(cpu::elementwise::unary(*u, t)?)),
             other => Err(Fault::internal(format!("staged `{u:?}` on {}", other.unwrap_or_default().type_name()))),
         },
+        (Op::T(t), _) if matches!(**t, TOp::Reshape(_)) => reshape(t, args),
         (Op::T(t), _) => tensor::forward(t, &args),
         (Op::Product { tx, ty, acc }, _) => product(*tx, *ty, *acc, args),
         (Op::AddRow(k), _) => add_row(*k as usize, args),
         (Op::Chain(c), _) => chain(c, args),
     }
+}
+
+/// A reshape of a tensor that only this node holds (the executor moves a tensor into its
+/// last reader) takes the tensor's elements as they are; the tensor library's reshape copies
+/// them, since elsewhere its operand may still be read (the machine's adjoint records keep
+/// theirs). Attention's head split and merge are such reshapes of activation-sized tensors.
+fn reshape(op: &TOp, mut args: Vec<Value>) -> FResult<Value> {
+    if let (TOp::Reshape(shape), 1) = (op, args.len()) {
+        match args.pop() {
+            Some(Value::Tensor(x)) => {
+                let x = match Rc::try_unwrap(x) {
+                    Ok(t) => match t.into_reshaped(shape) {
+                        Ok(t) => return Ok(tensor::wrap(t)),
+                        Err(t) => Rc::new(t),
+                    },
+                    Err(x) => x,
+                };
+                args.push(Value::Tensor(x));
+            }
+            Some(other) => args.push(other),
+            None => {}
+        }
+    }
+    tensor::forward(op, &args)
 }
 
 /// `Op::Chain`: one pass on the operands' device where it takes them (the CPU's blocked loop
