@@ -14,8 +14,9 @@
 # Checked values: the loss of step 1 (at the initial weights) must agree between every row to
 # 1e-5 relative (the table's value column, against the torch row); the loss of step 10 (after
 # nine AdamW updates) is printed beside it (loss10) and must agree to 1e-4.
-# A "dp jit" row times the same program with its loss and gradient staged (`… bench FILE S
-# jit`; JIT=0 leaves it out).
+# A "dp jit" row times the same program with each training step (loss, gradient and AdamW
+# update) staged (`… bench FILE S jit`, as the JAX reference jits its whole update; JIT=0
+# leaves it out).
 # Environment: see ../tensors_common.sh (DP, FEATURES, ALSO_FEATURES, SKIP_BUILD, DP_RUNS,
 # DP_REPS; DATA is where the weights file is written, default /tmp/bench-data), VENV (default
 # /tmp/bench-venv, which has torch, jax and safetensors) and REFS (default "torch:eager jax:jit").
@@ -65,7 +66,7 @@ run_dp_rows_w6() {
             note "$label FAILED"; STATUS=1
         fi
     done
-    # The staged row (`bench FILE STEPS jit`: the loss and gradient under `jit`), on the first
+    # The staged row (`bench FILE STEPS jit`: the training step under `jit`), on the first
     # binary; JIT=0 leaves it out.
     bin=${DP_BINS[0]} label="${DP_LABELS[0]} jit"
     if [ "${JIT:-1}" != 0 ] && [ -x "$bin" ]; then
