@@ -146,6 +146,30 @@ fn the_signature_cache_traces_once_per_signature() {
     assert!(log[7].starts_with("jit: trace #2 (float64 [3])"), "{}", log[7]);
 }
 
+/// A whole training step under `jit`, Adam's update included: the optimiser's state is data
+/// (its step count a Float), so every step is the first step's signature, one trace and then
+/// hits, with the unstaged loop's numbers to the last digit.
+#[test]
+fn a_staged_training_step_with_adam_traces_once() {
+    let src = "import optim\n\
+               let x = randn 1 [8, 3]\n\
+               let y = randn 2 [8]\n\
+               let step (p, st) =\n\
+               \x20 let (l, g) = value_and_grad (fun p -> sum ((x @ p.w + p.b - y) ** 2.0)) p in\n\
+               \x20 let (p', st') = optim.adam 0.05 0.9 0.999 1e-8 st p g in (l, (p', st'))\n\
+               let rec train f k s = if k == 0 then s else (let (l, s') = f s in (println l; train f (k - 1) s'))\n\
+               let p0 = {w = zeros [3], b = 0.0}\n\
+               let (p1, _) = train step 4 (p0, optim.adam_init p0)\n\
+               let (p2, _) = train (jit step) 4 (p0, optim.adam_init p0)\n\
+               let () = println (to_list p1.w, p1.b)\n\
+               let () = println (to_list p2.w, p2.b)\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out.len(), 10, "{out:?}");
+    assert_eq!(out[..4], out[4..8], "the staged losses differ from the unstaged ones");
+    assert_eq!(out[8], out[9], "the staged parameters differ from the unstaged ones");
+    assert_eq!(kinds(&log), ["trace", "hit", "hit", "hit"], "{log:#?}");
+}
+
 #[test]
 fn the_cache_keeps_a_bounded_number_of_signatures() {
     // Nine signatures (the Int is part of each): the first is evicted by the ninth, so calling
