@@ -138,6 +138,16 @@ fn cost_each(chain: &Chain) -> f64 {
 /// float64, are 2 KB, so a chain's steps stay in the L1 cache together.
 const BLOCK: usize = 256;
 
+/// Operands of a chain whose slots `pass` keeps on the stack (a staged chain has at most 33).
+const MOST_LEAVES: usize = 64;
+
+thread_local! {
+    /// `pass`'s blocks of step results and repeated operands, kept per thread: a staged
+    /// program runs its chains over and over, many of them on a few hundred elements, where
+    /// allocating and zeroing the blocks on every call was a measurable part of the pass.
+    static BLOCKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Computes the chain for the elements `r`, into `out` (r's length).
 ///
 /// # Safety
@@ -153,38 +163,13 @@ unsafe fn pass<T: Real>(
     reads_out: bool,
 ) {
     // Where each repeated operand's block is kept (`slot[i]`), on the stack for a staged chain.
-    let mut slot = [usize::MAX; MOST_LEAVES];
-    // SAFETY: the caller's contract.
-    unsafe {
-        if leaves.len() > MOST_LEAVES {
-            return pass_with(chain, leaves, r, out, reads_out, &mut vec![usize::MAX; leaves.len()]);
-        }
-        pass_with(chain, leaves, r, out, reads_out, &mut slot[..leaves.len()])
-    }
-}
-
-/// Operands of a chain whose slots `pass` keeps on the stack (a staged chain has at most 33).
-const MOST_LEAVES: usize = 64;
-
-thread_local! {
-    /// `pass`'s blocks of step results and repeated operands, kept per thread: a staged
-    /// program runs its chains over and over, many of them on a few hundred elements, where
-    /// allocating and zeroing the blocks on every call was a measurable part of the pass.
-    static BLOCKS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `pass` with `slot` (one entry per leaf) to fill.
-///
-/// # Safety
-/// As `pass`.
-unsafe fn pass_with<T: Real>(
-    chain: &Chain,
-    leaves: &[Leaf<T>],
-    r: std::ops::Range<usize>,
-    out: &mut [MaybeUninit<T>],
-    reads_out: bool,
-    slot: &mut [usize],
-) {
+    let (mut on_stack, mut on_heap) = ([usize::MAX; MOST_LEAVES], Vec::new());
+    let slot: &mut [usize] = if leaves.len() <= MOST_LEAVES {
+        &mut on_stack[..leaves.len()]
+    } else {
+        on_heap.resize(leaves.len(), usize::MAX);
+        &mut on_heap
+    };
     let mut repeated = 0;
     for (i, leaf) in leaves.iter().enumerate() {
         if matches!(leaf, Leaf::Cycle(..) | Leaf::Spread(..)) {

@@ -385,17 +385,21 @@ impl Gpu {
                 })
             })
             .clone();
-        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout: None,
-            module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let p = self.compute_pipeline(&module, entry);
         self.take_error().map_err(|e| format!("compiling {file}:{entry}: {e}"))?;
         pipes.insert((file, entry), p.clone());
         Ok(p)
+    }
+
+    fn compute_pipeline(&self, module: &wgpu::ShaderModule, entry: &'static str) -> wgpu::ComputePipeline {
+        self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        })
     }
 
     /// The cached pipeline of the entry point `entry` of a generated shader (compiled the first
@@ -409,14 +413,7 @@ impl Gpu {
             label: Some(entry),
             source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
         });
-        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout: None,
-            module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let p = self.compute_pipeline(&module, entry);
         self.take_error().map_err(|e| format!("compiling a generated `{entry}` shader: {e}"))?;
         if pipes.len() >= GENERATED_LIMIT {
             pipes.clear();
