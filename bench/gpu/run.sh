@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU backend on a machine with an NVIDIA GPU: W5 matmul-grad and W2 mlp
-# (../shared/bench/WORKLOADS.md) with `dp run --device gpu`, beside PyTorch CUDA, in one run;
+# (../shared/bench/WORKLOADS.md) with `dp run --device gpu`, unstaged and staged (`jit`,
+# bench/wK/jit.dp), beside PyTorch CUDA, in one run;
 # checks that the values agree and prints seconds, GFLOP/s and the ratios.
 #
 #   bench/gpu/run.sh            (from anywhere; a few minutes, most of it building dp)
@@ -80,6 +81,15 @@ if dp_measure "$GPU_DP" "$ROOT/bench/w5/matmul_grad.dp" "$W5_R" "$DATA" --; then
 else
     note "dp gpu W5 FAILED"; STATUS=1
 fi
+# The same iterations staged (`jit`): the backward pass's elementwise chains are generated
+# shaders (crates/dp-tensor/src/gpu/fused.rs).
+W5_JIT=n/a W5_JITV=""
+if dp_measure "$GPU_DP" "$ROOT/bench/w5/jit.dp" "$W5_R" "$DATA" --; then
+    echo "$DP_LINE" >&2
+    W5_JIT=$DP_PER W5_JITV=$(echo "$DP_LINE" | field value)
+else
+    note "dp gpu jit W5 FAILED"; STATUS=1
+fi
 W5_CPU=n/a
 if [ "${DP_CPU:-0}" = 1 ] && dp_measure "$REAL" "$ROOT/bench/w5/matmul_grad.dp" "$W5_R" "$DATA" --; then
     W5_CPU=$DP_PER
@@ -91,6 +101,7 @@ if [ $HAVE_TORCH = 1 ] && line=$("$PY_CUDA" "$HERE/torch_cuda.py" w5 "$DATA" | g
     W5_TDA=$(echo "$line" | field dA_sum) W5_TDB=$(echo "$line" | field dB_sum)
 fi
 agree "W5 dp loss vs WORKLOADS" "$W5_DPV" 415.6228
+agree "W5 dp jit loss vs WORKLOADS" "$W5_JITV" 415.6228
 if [ -n "$W5_TV" ]; then
     agree "W5 dp loss vs torch" "$W5_DPV" "$W5_TV"
     agree "W5 dp dA_sum vs torch" "$W5_DA" "$W5_TDA"
@@ -106,6 +117,13 @@ if dp_measure "$GPU_DP" "$ROOT/bench/w2/mlp.dp" "$W2_R" "$DATA" --; then
 else
     note "dp gpu W2 FAILED"; STATUS=1
 fi
+W2_JIT=n/a W2_JITV=""
+if dp_measure "$GPU_DP" "$ROOT/bench/w2/jit.dp" "$W2_R" "$DATA" --; then
+    echo "$DP_LINE" >&2
+    W2_JIT=$DP_PER W2_JITV=$(echo "$DP_LINE" | field value)
+else
+    note "dp gpu jit W2 FAILED"; STATUS=1
+fi
 W2_CPU=n/a
 if [ "${DP_CPU:-0}" = 1 ] && dp_measure "$REAL" "$ROOT/bench/w2/mlp.dp" "$W2_R" "$DATA" --; then
     W2_CPU=$DP_PER
@@ -116,6 +134,7 @@ if [ $HAVE_TORCH = 1 ] && line=$("$PY_CUDA" "$HERE/torch_cuda.py" w2 "$DATA" | g
     W2_T=$(echo "$line" | field seconds) W2_TV=$(echo "$line" | field value)
 fi
 agree "W2 dp loss vs WORKLOADS" "$W2_DPV" 2.051475525
+agree "W2 dp jit loss vs WORKLOADS" "$W2_JITV" 2.051475525
 [ -z "$W2_TV" ] || agree "W2 dp loss vs torch" "$W2_DPV" "$W2_TV"
 
 # ---- table ----------------------------------------------------------------------------------
@@ -123,12 +142,14 @@ echo
 echo "W5 matmul-grad, A, B 1024 x 1024 float32: seconds per iteration (loss, dA, dB)"
 row system s/iter GFLOP/s value "dp/this"
 row "dp gpu" "$W5_DP" "$(gflops $W5_FLOP "$W5_DP")" "${W5_DPV:-n/a}" 1
+row "dp gpu jit" "$W5_JIT" "$(gflops $W5_FLOP "$W5_JIT")" "${W5_JITV:-n/a}" "$(ratio "$W5_DP" "$W5_JIT")"
 row "torch cuda" "$W5_T" "$(gflops $W5_FLOP "$W5_T")" "${W5_TV:-n/a}" "$(ratio "$W5_DP" "$W5_T")"
 [ "${DP_CPU:-0}" != 1 ] || row "dp cpu" "$W5_CPU" "$(gflops $W5_FLOP "$W5_CPU")" "" "$(ratio "$W5_DP" "$W5_CPU")"
 echo
 echo "W2 mlp, 784-256-10, batch 128: seconds per epoch (64 SGD steps), mean loss of epoch 2"
 row system s/epoch GFLOP/s value "dp/this"
 row "dp gpu" "$W2_DP" "$(gflops $W2_FLOP "$W2_DP")" "${W2_DPV:-n/a}" 1
+row "dp gpu jit" "$W2_JIT" "$(gflops $W2_FLOP "$W2_JIT")" "${W2_JITV:-n/a}" "$(ratio "$W2_DP" "$W2_JIT")"
 row "torch cuda" "$W2_T" "$(gflops $W2_FLOP "$W2_T")" "${W2_TV:-n/a}" "$(ratio "$W2_DP" "$W2_T")"
 [ "${DP_CPU:-0}" != 1 ] || row "dp cpu" "$W2_CPU" "$(gflops $W2_FLOP "$W2_CPU")" "" "$(ratio "$W2_DP" "$W2_CPU")"
 echo
