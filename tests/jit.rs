@@ -684,3 +684,23 @@ fn nested_forward_and_batched_calls_and_captured_differentiated_values_run_unsta
     assert!(log.iter().all(|l| l.starts_with("jit: inline")), "{log:#?}");
     assert!(log.last().is_some_and(|l| l.contains("captures a differentiated value")), "{log:#?}");
 }
+
+#[test]
+fn the_profile_shows_where_a_staged_programs_time_goes() {
+    // Three calls of one signature: one program, profiled over its three runs, printed when
+    // the run ends; the costliest steps are named by their operations and kinds.
+    let src = "let f x = sum (tanh (x @ x) * 2.0 + x)\n\
+               let j = jit f\n\
+               let x = ones [64, 64]\n\
+               let () = println (j x + j x + j x)\n";
+    let r = run_with(&[], src, &[("DP_JIT_PROFILE", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    assert_eq!(r.stdout.trim(), run_with(&[], src, &[]).stdout.trim());
+    let profile: Vec<&str> = r.stderr.lines().skip_while(|l| !l.starts_with("jit profile: ")).collect();
+    assert!(profile.first().is_some_and(|l| l.contains(", 3 calls, ")), "{}", r.stderr);
+    assert!(profile.iter().any(|l| l.contains("by operation")), "{}", r.stderr);
+    assert!(profile.iter().any(|l| l.contains("gemm_nn") && l.contains("float32 [64, 64]")), "{}", r.stderr);
+    assert!(profile.iter().any(|l| l.contains("chain[")), "{}", r.stderr);
+    // Without the variable, nothing is printed.
+    assert!(!run_with(&[], src, &[]).stderr.contains("jit profile"));
+}

@@ -280,6 +280,86 @@ pub struct Plan {
     tensor_consts: Vec<u32>,
     /// What became of native compilation, for `DP_JIT_LOG`.
     pub native_note: String,
+    /// Under `DP_JIT_PROFILE=1`: each node's time over every call, printed when the plan goes.
+    profile: Option<Profile>,
+}
+
+/// Where a staged program's time goes (`DP_JIT_PROFILE=1`): the time of each step (a node
+/// the tensor library computes, or a native function) summed over the calls, printed on
+/// stderr when the plan is dropped (the function's cache evicts it, or the program ends),
+/// the costliest steps first.
+struct Profile {
+    nanos: RefCell<Vec<u64>>,
+    calls: std::cell::Cell<u64>,
+}
+
+/// How many steps a profile lists.
+const PROFILE_LINES: usize = 25;
+
+impl Plan {
+    fn profile_report(&self, profile: &Profile) -> Option<String> {
+        let (nanos, calls) = (profile.nanos.borrow(), profile.calls.get());
+        let total: u64 = nanos.iter().sum();
+        if calls == 0 || total == 0 {
+            return None;
+        }
+        let ms = |ns: u64| ns as f64 / calls as f64 / 1e6;
+        let mut order: Vec<usize> = (0..nanos.len()).filter(|&k| nanos[k] > 0).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(nanos[k]));
+        let mut lines = format!(
+            "jit profile: {} nodes in {} steps, {calls} calls, {:.3} ms per call; the costliest steps \
+             (ms per call, share):\n",
+            self.prog.nodes.len(),
+            self.steps.len(),
+            ms(total)
+        );
+        // By operation: a chain counts as `chain`, a product by its BLAS name.
+        let mut by_op: Vec<(String, u64, usize)> = Vec::new();
+        for (k, step) in self.steps.iter().enumerate() {
+            let name = match step {
+                Step::Node(i) => match &self.prog.nodes[*i as usize] {
+                    Node::Apply(Op::Chain(_), _) => "chain".to_string(),
+                    Node::Apply(op, _) => op.to_string(),
+                    _ => continue,
+                },
+                Step::Native(_) => "native code".to_string(),
+            };
+            match by_op.iter_mut().find(|(n, _, _)| *n == name) {
+                Some(entry) => {
+                    entry.1 += nanos[k];
+                    entry.2 += 1;
+                }
+                None => by_op.push((name, nanos[k], 1)),
+            }
+        }
+        by_op.sort_by_key(|e| std::cmp::Reverse(e.1));
+        lines += "  by operation (ms per call, share, steps):\n";
+        for (name, ns, count) in by_op.iter().take(PROFILE_LINES / 2) {
+            lines += &format!("  {:>8.3} {:>5.1}%  {count:>4}  {name}\n", ms(*ns), 100.0 * *ns as f64 / total as f64);
+        }
+        lines += "  by step:\n";
+        for &k in order.iter().take(PROFILE_LINES) {
+            let what = match self.steps[k] {
+                Step::Node(i) => match &self.prog.nodes[i as usize] {
+                    Node::Apply(op, _) => format!("%{i} = {op} : {}", self.prog.kinds[i as usize]),
+                    _ => format!("%{i}"),
+                },
+                Step::Native(f) => format!("native function {f}"),
+            };
+            let what: String =
+                if what.chars().count() > 110 { what.chars().take(107).chain("...".chars()).collect() } else { what };
+            lines += &format!("  {:>8.3} {:>5.1}%  {what}\n", ms(nanos[k]), 100.0 * nanos[k] as f64 / total as f64);
+        }
+        Some(lines)
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        if let Some(report) = self.profile.as_ref().and_then(|p| self.profile_report(p)) {
+            eprint!("{report}");
+        }
+    }
 }
 
 /// Whether staged programs get native code: `DP_JIT_NATIVE=0` keeps them on the executor's
@@ -356,7 +436,20 @@ impl Plan {
             .enumerate()
             .filter_map(|(i, n)| if let Node::Input(k) = n { Some((i as u32, *k)) } else { None })
             .collect();
-        Plan { prog, last, steps, code, floats: RefCell::new(floats), tensors, inputs, tensor_consts, native_note }
+        let profile = super::env_flag("DP_JIT_PROFILE")
+            .then(|| Profile { nanos: RefCell::new(vec![0; steps.len()]), calls: std::cell::Cell::new(0) });
+        Plan {
+            prog,
+            last,
+            steps,
+            code,
+            floats: RefCell::new(floats),
+            tensors,
+            inputs,
+            tensor_consts,
+            native_note,
+            profile,
+        }
     }
 
     /// Runs the program on the argument's leaves (in the signature's order) and builds the
@@ -392,7 +485,11 @@ impl Plan {
                 v => slots[i as usize] = v,
             }
         }
-        for step in &self.steps {
+        if let Some(profile) = &self.profile {
+            profile.calls.set(profile.calls.get() + 1);
+        }
+        for (k, step) in self.steps.iter().enumerate() {
+            let started = self.profile.as_ref().map(|_| std::time::Instant::now());
             match step {
                 Step::Native(f) => {
                     let code = self.code.as_ref().ok_or_else(|| Fault::internal("a native step with no code"))?;
@@ -433,6 +530,9 @@ impl Plan {
                         v => slots[i] = v,
                     }
                 }
+            }
+            if let (Some(profile), Some(started)) = (&self.profile, started) {
+                profile.nanos.borrow_mut()[k] += started.elapsed().as_nanos() as u64;
             }
         }
         let outs: Vec<Value> = p

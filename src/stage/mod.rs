@@ -400,6 +400,15 @@ impl Jit {
         (!shown.is_empty()).then(|| shown.concat())
     }
 
+    /// Under `DP_JIT_PROFILE`, drops the compiled programs so that each prints its profile
+    /// (a session whose process ends leaves its memory to the system, plans included).
+    pub fn print_profiles(&mut self) {
+        if env_flag("DP_JIT_PROFILE") {
+            self.functions.clear();
+            self.last.clear();
+        }
+    }
+
     /// Whether a staged function is being traced.
     #[inline]
     pub fn tracing(&self) -> bool {

@@ -6,7 +6,7 @@
 
 use crate::op::TOp;
 use crate::{fmt_shape, Real, Storage, TResult, Tensor, TensorError};
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{ArrayD, IxDyn};
 
 /// The positions along an axis of length `n` that `indices` name, checked.
 fn positions(indices: &ArrayD<i64>, n: usize, shape: &[usize], axis: usize) -> TResult<Vec<usize>> {
@@ -24,26 +24,41 @@ fn positions(indices: &ArrayD<i64>, n: usize, shape: &[usize], axis: usize) -> T
         .collect()
 }
 
-/// `t`'s slices along `axis` at `pos`, that axis replaced by the indices' shape.
-fn take<T: Clone>(t: &ArrayD<T>, axis: usize, pos: &[usize], ishape: &[usize]) -> TResult<ArrayD<T>> {
-    let picked = t.select(Axis(axis), pos);
+/// `t`'s slices along `axis` at `pos`, that axis replaced by the indices' shape: for each
+/// position before the axis, the picked runs of `inner` contiguous elements (an embedding's
+/// rows) copied whole.
+fn take<T: Copy>(t: &ArrayD<T>, axis: usize, pos: &[usize], ishape: &[usize]) -> TResult<ArrayD<T>> {
     let shape: Vec<usize> = t.shape()[..axis].iter().chain(ishape).chain(&t.shape()[axis + 1..]).copied().collect();
-    // `select`'s result is row-major and this function's own: reshaped without a copy.
-    Ok(picked.as_standard_layout().into_owned().into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?)
+    let t = t.as_standard_layout();
+    let data = t.as_slice().ok_or_else(|| TensorError::internal("gather: a standard layout is not contiguous"))?;
+    let (n, inner) = (t.shape()[axis], t.shape()[axis + 1..].iter().product::<usize>());
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for block in data.chunks_exact((n * inner).max(1)) {
+        for &p in pos {
+            out.extend_from_slice(&block[p * inner..(p + 1) * inner]);
+        }
+    }
+    Ok(ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?)
 }
 
-/// Zeros of `shape` with `g`'s slices (g laid out as `take`'s result) added at `pos`.
+/// Zeros of `shape` with `g`'s slices (g laid out as `take`'s result) added at `pos`: each
+/// output element takes its additions in the order of the positions that name it.
 fn scatter_add<T: Real>(g: &ArrayD<T>, axis: usize, pos: &[usize], shape: &[usize]) -> TResult<ArrayD<T>> {
-    let mut flat_shape = shape.to_vec();
-    flat_shape[axis] = pos.len();
     let g = g.as_standard_layout();
-    let g = g.view().into_shape_with_order(IxDyn(&flat_shape)).map_err(|e| e.to_string())?;
-    let mut out = ArrayD::<T>::zeros(IxDyn(shape));
-    for (j, &p) in pos.iter().enumerate() {
-        let mut dst = out.index_axis_mut(Axis(axis), p);
-        dst += &g.index_axis(Axis(axis), j);
+    let gs = g.as_slice().ok_or_else(|| TensorError::internal("scatter-add: a standard layout is not contiguous"))?;
+    let (n, inner) = (shape[axis], shape[axis + 1..].iter().product::<usize>());
+    let mut out = vec![T::zero(); shape.iter().product()];
+    let picked = pos.len() * inner;
+    if n * inner > 0 && picked > 0 {
+        for (block, from) in out.chunks_exact_mut(n * inner).zip(gs.chunks_exact(picked)) {
+            for (&p, src) in pos.iter().zip(from.chunks_exact(inner)) {
+                for (d, &x) in block[p * inner..(p + 1) * inner].iter_mut().zip(src) {
+                    *d += x;
+                }
+            }
+        }
     }
-    Ok(out)
+    Ok(ArrayD::from_shape_vec(IxDyn(shape), out).map_err(|e| e.to_string())?)
 }
 
 /// `Gather` or `ScatterAdd` of (t, indices) along `axis`.
@@ -108,5 +123,24 @@ mod tests {
         let s = scatter_add(&g, 1, &[0, 0], &[2, 3]).unwrap();
         assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![2.0, 0.0, 0.0, 2.0, 0.0, 0.0]);
         assert!(positions(&ix, 2, &[2, 2], 1).is_err());
+    }
+
+    #[test]
+    fn take_copies_whole_runs_and_its_adjoint_adds_them_back_in_order() {
+        // An axis between others: [2, 3, 4] at positions [2, 0, 2] of axis 1, against
+        // ndarray's `select`; the scatter-add of ones counts how often each slice was picked.
+        let t = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), (0..24).map(|i| i as f32).collect()).unwrap();
+        let pos = [2, 0, 2];
+        let r = take(&t, 1, &pos, &[3]).unwrap();
+        assert_eq!(r, t.select(ndarray::Axis(1), &pos));
+        let s = scatter_add(&r.mapv(|_| 1.0f32), 1, &pos, &[2, 3, 4]).unwrap();
+        let counts: Vec<f32> = s.iter().step_by(4).copied().collect();
+        assert_eq!(counts, vec![1.0, 0.0, 2.0, 1.0, 0.0, 2.0]);
+        // Empty index tensors and empty slices.
+        assert_eq!(take(&t, 1, &[], &[0]).unwrap().shape(), &[2, 0, 4]);
+        let e = ArrayD::<f32>::zeros(IxDyn(&[2, 3, 0]));
+        assert_eq!(take(&e, 1, &pos, &[3]).unwrap().shape(), &[2, 3, 0]);
+        let none = scatter_add(&ArrayD::<f32>::zeros(IxDyn(&[2, 0, 4])), 1, &[], &[2, 3, 4]).unwrap();
+        assert_eq!(none, ArrayD::<f32>::zeros(IxDyn(&[2, 3, 4])));
     }
 }
