@@ -119,7 +119,25 @@ pub fn concat<T: Clone>(parts: &[&ArrayD<T>], axis: usize) -> TResult<ArrayD<T>>
 }
 
 pub fn slice<T: Clone>(a: &ArrayD<T>, axis: usize, lo: usize, hi: usize) -> ArrayD<T> {
-    a.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned()
+    let view = a.slice_axis(Axis(axis), Slice::from(lo..hi));
+    // A row-major array's slice is a run of (hi - lo) · inner elements per position before
+    // the axis (attention's q, k and v out of one [B T, 3d] product): copied run by run, where
+    // ndarray's `to_owned` of the strided view goes element by element.
+    if let (Some(data), true) = (a.as_slice(), axis < a.ndim()) {
+        let inner: usize = a.shape()[axis + 1..].iter().product();
+        let block = a.shape()[axis] * inner;
+        let (from, to) = (lo * inner, hi * inner);
+        if block > 0 && to <= block {
+            let mut out = Vec::with_capacity(view.len());
+            for b in data.chunks_exact(block) {
+                out.extend_from_slice(&b[from..to]);
+            }
+            if let Ok(r) = ArrayD::from_shape_vec(view.raw_dim(), out) {
+                return r;
+            }
+        }
+    }
+    view.to_owned()
 }
 
 /// `a[…, lo..lo + n, …] += g` along `axis` (n = g's length there), in place; false, with
@@ -172,6 +190,21 @@ pub(crate) fn repeat_of_shape(own: &[usize], shape: &[usize]) -> Option<Repeat> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_copied_run_by_run_are_ndarrays_slices() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[3, 4, 5]), (0..60).collect::<Vec<i64>>()).unwrap();
+        for axis in 0..3 {
+            let n = a.shape()[axis];
+            for (lo, hi) in [(0, n), (1, n - 1), (2, 2), (n - 1, n)] {
+                let want = a.slice_axis(Axis(axis), Slice::from(lo..hi)).to_owned();
+                assert_eq!(slice(&a, axis, lo, hi), want, "axis {axis} {lo}..{hi}");
+            }
+        }
+        // A transposed (not row-major) array takes ndarray's own copy.
+        let t = a.clone().reversed_axes();
+        assert_eq!(slice(&t, 1, 1, 3), t.slice_axis(Axis(1), Slice::from(1..3)).to_owned());
+    }
 
     #[test]
     fn permutes_and_reshapes_in_pieces_agree_with_ndarrays_copies() {
