@@ -58,7 +58,10 @@ impl<T: Real> Backend for ArrayD<T> {
         product_result(&shape, |out| product_into_view(out, self, false, b, false, T::zero()))
     }
     fn sum_all(&self) -> TResult<f64> {
-        Ok(self.iter().fold(0.0, |s, &x| s + x.to_f64().unwrap_or(f64::NAN)))
+        Ok(match self.as_slice_memory_order() {
+            Some(data) => simd::sum_f64(data),
+            None => self.iter().fold(0.0, |s, &x| s + x.to_f64().unwrap_or(f64::NAN)),
+        })
     }
     fn max_all(&self) -> TResult<f64> {
         // NaN propagates (Float::max would skip it: a diverged loss would look finite).

@@ -498,6 +498,46 @@ where
     unsafe { build_in_pieces(outer, 1, cost_each * n as f64, &write) }
 }
 
+/// The sum of `xs` in float64: blocks of `PIECE` elements (over the threads when large), each
+/// summed in eight lanes, then the blocks' sums added in order. The blocks do not depend on
+/// the number of threads, so neither does the result. Against one float64 fold element by
+/// element (what `sum` did before): the same value to ~1e-16 relative, and W5's sum of a
+/// 1024 x 1024 float32 tensor in 0.23 ms instead of 0.77 (`DP_JIT_PROFILE`, AVX-512).
+pub(crate) fn sum_f64<T: num_traits::ToPrimitive + Copy + Send + Sync>(xs: &[T]) -> f64 {
+    let blocks = xs.len().div_ceil(PIECE);
+    let write = |r: std::ops::Range<usize>, d: &mut [MaybeUninit<f64>]| {
+        for (b, out) in r.zip(d) {
+            out.write(sum_lanes_f64(&xs[b * PIECE..((b + 1) * PIECE).min(xs.len())]));
+        }
+    };
+    // SAFETY: `write` fills every element of each piece.
+    let sums = unsafe { build_in_pieces(blocks, 1, PIECE as f64, &write) };
+    // From +0 (an empty sum is 0, not `Iterator::sum`'s -0).
+    sums.iter().fold(0.0, |s, &x| s + x)
+}
+
+widened! {
+    fn sum_lanes_f64[T: num_traits::ToPrimitive + Copy](xs: &[T]) -> f64 => sum_lanes_f64_body
+}
+
+#[inline(always)]
+fn sum_lanes_f64_body<T: num_traits::ToPrimitive + Copy>(xs: &[T]) -> f64 {
+    let f = |x: T| x.to_f64().unwrap_or(f64::NAN);
+    let mut acc = [0.0f64; 8];
+    let chunks = xs.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(x);
+        }
+    }
+    let mut s = rest.iter().fold(0.0, |s, &x| s + f(x));
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
 /// [f(s[i])], over the threads when `s` is large (`in_pieces`).
 pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f: F, cost_each: f64) -> Vec<T> {
     // SAFETY: `map_to` writes every element of a piece as long as its operand.
@@ -515,6 +555,23 @@ pub(crate) mod tests {
     }
 
     /// `f`'s result at every set the CPU has, the baseline first.
+    #[test]
+    fn float64_sums_in_blocks_and_lanes_are_the_fold_to_rounding_and_the_same_on_any_pool() {
+        for n in [0, 1, 7, 8, 9, PIECE - 1, PIECE, 3 * PIECE + 5, 100_000] {
+            let xs: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1013) as f32 * 0.37 - 150.0).collect();
+            let fold = xs.iter().fold(0.0, |s, &x| s + x as f64);
+            let got = sum_f64(&xs);
+            assert!((got - fold).abs() <= 1e-12 * fold.abs().max(1.0), "{n}: {got} {fold}");
+            let par = crate::cpu::gemm::with_forced_parallel(|| sum_f64(&xs));
+            assert_eq!(par.to_bits(), got.to_bits(), "{n}");
+            for level in at_every_level(|| sum_f64(&xs)) {
+                assert!((level - got).abs() <= 1e-12 * got.abs().max(1.0), "{n}");
+            }
+        }
+        assert_eq!(sum_f64::<f32>(&[]).to_bits(), 0.0f64.to_bits());
+        assert!(sum_f64(&[1.0f32, f32::NAN]).is_nan());
+    }
+
     pub(crate) fn at_every_level<R>(f: impl Fn() -> R) -> Vec<R> {
         [Level::Base, Level::Avx2, Level::Avx512]
             .into_iter()
