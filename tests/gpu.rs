@@ -815,6 +815,49 @@ fn gpu_examples_print_what_the_cpu_prints() {
     }
 }
 
+/// The Transformer (examples/transformer.dp, W6's shapes) trains on the GPU as on the CPU,
+/// unstaged and with its whole step staged (`jit`: attention's products of transposed stacks,
+/// the fused chains): the first loss and the second agree to float32 rounding. Its int64
+/// windows and targets stay on the CPU; `astype "float32"` of them goes to the default device.
+#[test]
+fn gpu_transformer_trains_staged_and_unstaged_as_on_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let init = crate::run::temp_path("safetensors");
+    let init_str = init.to_string_lossy().to_string();
+    let run = |device: &str, extra: &[&str]| -> Vec<f64> {
+        let out = Command::new(env!("CARGO_BIN_EXE_dp"))
+            .args(["run", "--device", device, "examples/transformer.dp"])
+            .args(extra)
+            .current_dir(root)
+            .env("NODEVICE_SELECT", "1")
+            .output()
+            .expect("run dp");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{device} {extra:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+        ["value=", "last="]
+            .iter()
+            .filter_map(|k| stdout.split(k).nth(1)?.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    run("cpu", &["init", &init_str]);
+    for staged in [false, true] {
+        let mut args = vec!["bench", init_str.as_str(), "2"];
+        if staged {
+            args.push("jit");
+        }
+        let (cpu, gpu) = (run("cpu", &args), run("gpu", &args));
+        assert_eq!(cpu.len(), 2, "{cpu:?}");
+        assert_eq!(gpu.len(), 2, "{gpu:?}");
+        for (c, g) in cpu.iter().zip(&gpu) {
+            assert!((c - g).abs() <= 1e-5 * c.abs(), "staged {staged}: cpu {cpu:?}, gpu {gpu:?}");
+        }
+    }
+    let _ = std::fs::remove_file(&init);
+}
+
 /// `argmax` on a GPU tensor agrees with the CPU (the first index on ties, NaN ordered as the
 /// CPU orders it) and brings back only the winning (key, index) pair, never the tensor.
 #[test]

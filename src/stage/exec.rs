@@ -182,7 +182,17 @@ fn product(tx: bool, ty: bool, acc: bool, args: Vec<Value>) -> FResult<Value> {
             return Ok(tensor::wrap(t));
         }
     }
-    let flip = |v: Value, on: bool| if on { tensor::forward(&TOp::Transpose, &[v]) } else { Ok(v) };
+    // A flipped operand is read with its last two axes swapped (a stack's matrices each
+    // transposed; `Transpose` would reverse every axis).
+    let flip = |v: Value, on: bool| -> FResult<Value> {
+        let rank = if on { v.as_tensor()?.shape().len() } else { 0 };
+        if rank < 2 {
+            return Ok(v);
+        }
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(rank - 2, rank - 1);
+        tensor::forward(&TOp::Permute(perm), &[v])
+    };
     let p = tensor::forward(&TOp::MatMul, &[flip(x, tx)?, flip(y, ty)?])?;
     match acc {
         Some(a) => tensor::elementwise(Prim::Add, a, p),

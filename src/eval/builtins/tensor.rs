@@ -338,7 +338,21 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let Some(d) = DType::parse(&name) else {
                 return Err(Fault::new(format!("unknown dtype `{name}` (known: float32, float64, int64, bool)")));
             };
-            ad::tensor::call(m, TOp::AsType(d), vec![arg()])?
+            let t = arg();
+            let from = match ad::dtype_of(&t) {
+                Some(d) => d,
+                None => t.as_tensor()?.dtype(),
+            };
+            let r = ad::tensor::call(m, TOp::AsType(d), vec![t])?;
+            // An int64 or bool tensor stays on the CPU whatever the default device (the GPU
+            // holds float32 only); made float32 it goes to the default device, as a
+            // constructed tensor does, so a program that turns indices or masks into numbers
+            // (`equal (astype "float32" labels) (arange n)`) runs unchanged under `--device gpu`.
+            if d == DType::F32 && matches!(from, DType::I64 | DType::Bool) && gpu::default_device()? == Device::Gpu {
+                ad::tensor::call(m, TOp::ToDevice(Device::Gpu), vec![r])?
+            } else {
+                r
+            }
         }
         B::ToDevice => {
             let dev = arg().as_str()?;
