@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU backend on a machine with an NVIDIA GPU: W5 matmul-grad and W2 mlp
 # (../shared/bench/WORKLOADS.md) with `dp run --device gpu`, unstaged and staged (`jit`,
-# bench/wK/jit.dp), beside PyTorch CUDA, in one run;
+# bench/wK/jit.dp), beside PyTorch CUDA, and W6 (the Transformer, bench/w6) unstaged and
+# staged, in one run;
 # checks that the values agree and prints seconds, GFLOP/s and the ratios.
 #
 #   bench/gpu/run.sh            (from anywhere; a few minutes, most of it building dp)
@@ -24,7 +25,9 @@
 # relative) of PyTorch's, and the losses within GPU_TOL of WORKLOADS.md's references
 # (float32 on a GPU sums in another order than on the CPU, hence not the CPU scripts' 1e-5/1e-6).
 # Environment: DP, SKIP_BUILD, DATA, VENV, DP_RUNS (see ../tensors_common.sh), PY_CUDA,
-# W5_REPS (default 11), W2_REPS (default 6), GPU_TOL, DP_CPU.
+# W5_REPS (default 11), W2_REPS (default 6), W6_STEPS (default 11), GPU_TOL, DP_CPU.
+# W6: `examples/transformer.dp bench FILE STEPS [jit]` (seconds per training step, as W5's; the
+# first loss checked against bench/w6's references, 4.051776409); no CUDA reference row.
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../tensors_common.sh"
 PY_CUDA=${PY_CUDA:-$PY}
@@ -137,6 +140,31 @@ agree "W2 dp loss vs WORKLOADS" "$W2_DPV" 2.051475525
 agree "W2 dp jit loss vs WORKLOADS" "$W2_JITV" 2.051475525
 [ -z "$W2_TV" ] || agree "W2 dp loss vs torch" "$W2_DPV" "$W2_TV"
 
+# ---- W6 -------------------------------------------------------------------------------------
+# The example reads its text relative to the repository root; its initial weights are dp's.
+W6_R=${W6_STEPS:-11}
+W6_INIT=$DATA/w6_init.safetensors
+W6_DP=n/a W6_DPV="" W6_JIT=n/a W6_JITV=""
+if (cd "$ROOT" && "$REAL" run examples/transformer.dp init "$W6_INIT"); then
+    note "W6: dp --device gpu, $DP_RUNS x (steps=1, steps=$W6_R), unstaged and staged"
+    if (cd "$ROOT" && dp_measure "$GPU_DP" examples/transformer.dp "$W6_R" bench "$W6_INIT" -- &&
+        echo "W6_DP=$DP_PER W6_DPV=$(echo "$DP_LINE" | field value)") >"$TMP/w6.vars"; then
+        eval "$(tail -1 "$TMP/w6.vars")"
+    else
+        note "dp gpu W6 FAILED"; STATUS=1
+    fi
+    if (cd "$ROOT" && dp_measure "$GPU_DP" examples/transformer.dp "$W6_R" bench "$W6_INIT" -- jit &&
+        echo "W6_JIT=$DP_PER W6_JITV=$(echo "$DP_LINE" | field value)") >"$TMP/w6.vars"; then
+        eval "$(tail -1 "$TMP/w6.vars")"
+    else
+        note "dp gpu jit W6 FAILED"; STATUS=1
+    fi
+    agree "W6 dp loss vs bench/w6's references" "$W6_DPV" 4.051776409
+    agree "W6 dp jit loss vs bench/w6's references" "$W6_JITV" 4.051776409
+else
+    note "could not write $W6_INIT: W6 skipped"; STATUS=1
+fi
+
 # ---- table ----------------------------------------------------------------------------------
 echo
 echo "W5 matmul-grad, A, B 1024 x 1024 float32: seconds per iteration (loss, dA, dB)"
@@ -152,6 +180,11 @@ row "dp gpu" "$W2_DP" "$(gflops $W2_FLOP "$W2_DP")" "${W2_DPV:-n/a}" 1
 row "dp gpu jit" "$W2_JIT" "$(gflops $W2_FLOP "$W2_JIT")" "${W2_JITV:-n/a}" "$(ratio "$W2_DP" "$W2_JIT")"
 row "torch cuda" "$W2_T" "$(gflops $W2_FLOP "$W2_T")" "${W2_TV:-n/a}" "$(ratio "$W2_DP" "$W2_T")"
 [ "${DP_CPU:-0}" != 1 ] || row "dp cpu" "$W2_CPU" "$(gflops $W2_FLOP "$W2_CPU")" "" "$(ratio "$W2_DP" "$W2_CPU")"
+echo
+echo "W6 transformer, batch 16 x 64, d 64: seconds per training step (loss, gradient, AdamW)"
+row system s/step "" "first loss" "dp/this"
+row "dp gpu" "$W6_DP" "" "${W6_DPV:-n/a}" 1
+row "dp gpu jit" "$W6_JIT" "" "${W6_JITV:-n/a}" "$(ratio "$W6_DP" "$W6_JIT")"
 echo
 echo "  dp/this = dp gpu seconds / this row's (below 1: dp is faster); values agree within $TOL: $([ $STATUS = 0 ] && echo yes || echo NO, see the notes above)"
 exit $STATUS
