@@ -73,26 +73,32 @@ agree() {
     fi
 }
 row() { printf '%-12s %12s %10s %20s %10s\n' "$@"; }
+# gpu_measure LABEL PROG R ARGS_BEFORE -- ARGS_AFTER: dp_measure through the `--device gpu`
+# wrapper; sets GPU_PER and GPU_VALUE (n/a and "" with a note when the run fails).
+gpu_measure() {
+    local label=$1
+    shift
+    GPU_PER=n/a GPU_VALUE=""
+    if dp_measure "$GPU_DP" "$@"; then
+        echo "$DP_LINE" >&2
+        GPU_PER=$DP_PER GPU_VALUE=$(echo "$DP_LINE" | field value)
+    else
+        note "$label FAILED"; STATUS=1
+    fi
+}
 
 # ---- W5 -------------------------------------------------------------------------------------
 note "W5: dp --device gpu, $DP_RUNS x (reps=1, reps=$W5_R)"
-W5_DP=n/a W5_DPV="" W5_DA="" W5_DB=""
-if dp_measure "$GPU_DP" "$ROOT/bench/w5/matmul_grad.dp" "$W5_R" "$DATA" --; then
-    echo "$DP_LINE" >&2
-    W5_DP=$DP_PER W5_DPV=$(echo "$DP_LINE" | field value)
+W5_DA="" W5_DB=""
+gpu_measure "dp gpu W5" "$ROOT/bench/w5/matmul_grad.dp" "$W5_R" "$DATA" --
+W5_DP=$GPU_PER W5_DPV=$GPU_VALUE
+if [ -n "$W5_DPV" ]; then
     W5_DA=$(echo "$DP_LINE" | field dA_sum) W5_DB=$(echo "$DP_LINE" | field dB_sum)
-else
-    note "dp gpu W5 FAILED"; STATUS=1
 fi
 # The same iterations staged (`jit`): the backward pass's elementwise chains are generated
 # shaders (crates/dp-tensor/src/gpu/fused.rs).
-W5_JIT=n/a W5_JITV=""
-if dp_measure "$GPU_DP" "$ROOT/bench/w5/jit.dp" "$W5_R" "$DATA" --; then
-    echo "$DP_LINE" >&2
-    W5_JIT=$DP_PER W5_JITV=$(echo "$DP_LINE" | field value)
-else
-    note "dp gpu jit W5 FAILED"; STATUS=1
-fi
+gpu_measure "dp gpu jit W5" "$ROOT/bench/w5/jit.dp" "$W5_R" "$DATA" --
+W5_JIT=$GPU_PER W5_JITV=$GPU_VALUE
 W5_CPU=n/a
 if [ "${DP_CPU:-0}" = 1 ] && dp_measure "$REAL" "$ROOT/bench/w5/matmul_grad.dp" "$W5_R" "$DATA" --; then
     W5_CPU=$DP_PER
@@ -113,20 +119,10 @@ fi
 
 # ---- W2 -------------------------------------------------------------------------------------
 note "W2: dp --device gpu, $DP_RUNS x (reps=1, reps=$W2_R)"
-W2_DP=n/a W2_DPV=""
-if dp_measure "$GPU_DP" "$ROOT/bench/w2/mlp.dp" "$W2_R" "$DATA" --; then
-    echo "$DP_LINE" >&2
-    W2_DP=$DP_PER W2_DPV=$(echo "$DP_LINE" | field value)
-else
-    note "dp gpu W2 FAILED"; STATUS=1
-fi
-W2_JIT=n/a W2_JITV=""
-if dp_measure "$GPU_DP" "$ROOT/bench/w2/jit.dp" "$W2_R" "$DATA" --; then
-    echo "$DP_LINE" >&2
-    W2_JIT=$DP_PER W2_JITV=$(echo "$DP_LINE" | field value)
-else
-    note "dp gpu jit W2 FAILED"; STATUS=1
-fi
+gpu_measure "dp gpu W2" "$ROOT/bench/w2/mlp.dp" "$W2_R" "$DATA" --
+W2_DP=$GPU_PER W2_DPV=$GPU_VALUE
+gpu_measure "dp gpu jit W2" "$ROOT/bench/w2/jit.dp" "$W2_R" "$DATA" --
+W2_JIT=$GPU_PER W2_JITV=$GPU_VALUE
 W2_CPU=n/a
 if [ "${DP_CPU:-0}" = 1 ] && dp_measure "$REAL" "$ROOT/bench/w2/mlp.dp" "$W2_R" "$DATA" --; then
     W2_CPU=$DP_PER
@@ -143,22 +139,15 @@ agree "W2 dp jit loss vs WORKLOADS" "$W2_JITV" 2.051475525
 # ---- W6 -------------------------------------------------------------------------------------
 # The example reads its text relative to the repository root; its initial weights are dp's.
 W6_R=${W6_STEPS:-11}
-W6_INIT=$DATA/w6_init.safetensors
+W6_INIT=$(cd "$DATA" && pwd)/w6_init.safetensors
 W6_DP=n/a W6_DPV="" W6_JIT=n/a W6_JITV=""
-if (cd "$ROOT" && "$REAL" run examples/transformer.dp init "$W6_INIT"); then
+cd "$ROOT" || exit 2
+if "$REAL" run examples/transformer.dp init "$W6_INIT"; then
     note "W6: dp --device gpu, $DP_RUNS x (steps=1, steps=$W6_R), unstaged and staged"
-    if (cd "$ROOT" && dp_measure "$GPU_DP" examples/transformer.dp "$W6_R" bench "$W6_INIT" -- &&
-        echo "W6_DP=$DP_PER W6_DPV=$(echo "$DP_LINE" | field value)") >"$TMP/w6.vars"; then
-        eval "$(tail -1 "$TMP/w6.vars")"
-    else
-        note "dp gpu W6 FAILED"; STATUS=1
-    fi
-    if (cd "$ROOT" && dp_measure "$GPU_DP" examples/transformer.dp "$W6_R" bench "$W6_INIT" -- jit &&
-        echo "W6_JIT=$DP_PER W6_JITV=$(echo "$DP_LINE" | field value)") >"$TMP/w6.vars"; then
-        eval "$(tail -1 "$TMP/w6.vars")"
-    else
-        note "dp gpu jit W6 FAILED"; STATUS=1
-    fi
+    gpu_measure "dp gpu W6" examples/transformer.dp "$W6_R" bench "$W6_INIT" --
+    W6_DP=$GPU_PER W6_DPV=$GPU_VALUE
+    gpu_measure "dp gpu jit W6" examples/transformer.dp "$W6_R" bench "$W6_INIT" -- jit
+    W6_JIT=$GPU_PER W6_JITV=$GPU_VALUE
     agree "W6 dp loss vs bench/w6's references" "$W6_DPV" 4.051776409
     agree "W6 dp jit loss vs bench/w6's references" "$W6_JITV" 4.051776409
 else
