@@ -904,6 +904,9 @@ fn gpu_masks_reductions_and_indexing() {
         Case { name: "reductions", tol: R, code: "let () = (pf (min x); println (show (argmin x)); pt (max_axis x 0); pt (min_axis x3 (-1)); pt (argmax_axis x 1); pt (argmin_axis x3 0); pf (var x))" },
         Case { name: "cumsum softmax_axis", tol: R, code: "let () = (pt (cumsum x 1); pt (cumsum x3 0); pt (softmax_axis x 0); pt (log_softmax_axis x3 1); pt (softmax_axis x3 (-1)))" },
         Case { name: "reduction derivatives", tol: R, code: "let () = (pt (grad (fun x -> sum (sin (max_axis x 1))) x); pt (grad (fun x -> sum (sin (cumsum x 1))) x); pt (grad (fun x -> sum (sin (softmax_axis x 0))) x); pt (grad var x))" },
+        // Bool and int64 tensors are made on the CPU whatever the device; `astype "float32"`
+        // takes them to the default device, where they meet the GPU's tensors.
+        Case { name: "bool and int64 literals made float32", tol: E, code: "let () = (pt (where (astype \"float32\" (tensor [true, false])) (tensor [1.0, 2.0]) (tensor [3.0, 4.0])); pt (astype \"float32\" (tensor [[2, 0], [1, 5]]) * arange 2); pt (equal (expand_dims (astype \"float32\" (tensor [2, 0])) 1) (arange 3)))" },
         Case { name: "shapes", tol: E, code: "let () = (pt (expand_dims x 1); pt (squeeze (expand_dims x 0) 0); pt (stack 1 [x, y]); pt (broadcast_to rv [3, 37, 53]); pt (ravel x3); pf (get x [3, -2]); pt (grad (fun x -> get x [3, -2] * get x [0, 0]) x))" },
     ]);
 }

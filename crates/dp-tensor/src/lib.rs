@@ -262,9 +262,10 @@ impl Tensor {
     }
     /// Where construction builtins put a new tensor: on the default device (`--device`).
     pub fn place(self) -> TResult<Tensor> {
-        // int64 tensors stay on the CPU: the GPU holds float32 only, and their use there is as
-        // `gather`'s indices, which are read on the host.
-        if !self.is_gpu() && self.dtype() != DType::I64 && gpu::default_is_gpu()? {
+        // int64 and bool tensors stay on the CPU: the GPU holds float32 only (its comparisons
+        // give float32 0s and 1s), int64's use there is as `gather`'s indices, which are read
+        // on the host, and either reaches the GPU through `astype "float32"`.
+        if !self.is_gpu() && !matches!(self.dtype(), DType::I64 | DType::Bool) && gpu::default_is_gpu()? {
             return self.to_device(Device::Gpu);
         }
         Ok(self)
