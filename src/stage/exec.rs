@@ -317,8 +317,7 @@ impl Plan {
         let mut order: Vec<usize> = (0..nanos.len()).filter(|&k| nanos[k] > 0).collect();
         order.sort_by_key(|&k| std::cmp::Reverse(nanos[k]));
         let mut lines = format!(
-            "jit profile: {} nodes in {} steps, {calls} calls, {:.3} ms per call; the costliest steps \
-             (ms per call, share):\n",
+            "jit profile: {} nodes in {} steps, {calls} calls, {:.3} ms per call\n",
             self.prog.nodes.len(),
             self.steps.len(),
             ms(total)
@@ -347,7 +346,7 @@ impl Plan {
         for (name, ns, count) in by_op.iter().take(PROFILE_LINES / 2) {
             lines += &format!("  {:>8.3} {:>5.1}%  {count:>4}  {name}\n", ms(*ns), 100.0 * *ns as f64 / total as f64);
         }
-        lines += "  by step:\n";
+        lines += "  the costliest steps (ms per call, share):\n";
         for &k in order.iter().take(PROFILE_LINES) {
             let what = match self.steps[k] {
                 Step::Node(i) => match &self.prog.nodes[i as usize] {
