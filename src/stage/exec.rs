@@ -66,25 +66,18 @@ pub fn apply(op: &Op, args: Vec<Value>) -> FResult<Value> {
 }
 
 /// A reshape of a tensor that only this node holds (the executor moves a tensor into its
-/// last reader) takes the tensor's elements as they are; the tensor library's reshape copies
-/// them, since elsewhere its operand may still be read (the machine's adjoint records keep
-/// theirs). Attention's head split and merge are such reshapes of activation-sized tensors.
-fn reshape(op: &TOp, mut args: Vec<Value>) -> FResult<Value> {
-    if let (TOp::Reshape(shape), 1) = (op, args.len()) {
-        match args.pop() {
-            Some(Value::Tensor(x)) => {
-                let x = match Rc::try_unwrap(x) {
-                    Ok(t) => match t.into_reshaped(shape) {
-                        Ok(t) => return Ok(tensor::wrap(t)),
-                        Err(t) => Rc::new(t),
-                    },
-                    Err(x) => x,
-                };
-                args.push(Value::Tensor(x));
-            }
-            Some(other) => args.push(other),
-            None => {}
+/// last reader) takes the tensor's elements as they are (`ops::reshape_owned`); the tensor
+/// library's reshape of a borrowed operand copies them. Attention's head split and merge are
+/// such reshapes of activation-sized tensors.
+fn reshape(op: &TOp, args: Vec<Value>) -> FResult<Value> {
+    if let (TOp::Reshape(shape), [Value::Tensor(_)]) = (op, args.as_slice()) {
+        if let Some(Value::Tensor(x)) = args.into_iter().next() {
+            return match Rc::try_unwrap(x) {
+                Ok(t) => Ok(tensor::wrap(crate::tensor::ops::reshape_owned(t, shape)?)),
+                Err(shared) => tensor::forward(op, &[Value::Tensor(shared)]),
+            };
         }
+        return Err(Fault::internal("a reshape without its operand"));
     }
     tensor::forward(op, &args)
 }

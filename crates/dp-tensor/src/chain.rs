@@ -79,6 +79,40 @@ pub enum Operand {
     Float(f64),
 }
 
+/// How a tensor operand of a chain fills the chain's result, element i of which reads:
+pub(crate) enum Fill {
+    /// element i (the operand has the result's shape);
+    Whole,
+    /// the operand's one element;
+    One,
+    /// element i mod len, for an operand of len elements repeated along the leading axes (a
+    /// bias);
+    Cycle(usize),
+    /// element i / run, for an operand each of whose elements spreads over a run of the
+    /// trailing axes (a per-row statistic, [n, 1]).
+    Spread(usize),
+}
+
+/// How a row-major operand of shape `own` fills a result of `shape`, or None for a broadcast
+/// of another form (or no broadcast at all): the one classification both devices' passes
+/// take their operands by.
+pub(crate) fn fill_of(own: &[usize], shape: &[usize]) -> Option<Fill> {
+    let len: usize = own.iter().product();
+    if own == shape {
+        return Some(Fill::Whole);
+    }
+    if len == 1 && own.len() <= shape.len() {
+        return Some(Fill::One);
+    }
+    if crate::broadcast_shape(own, shape).ok().as_deref() != Some(shape) {
+        return None;
+    }
+    match crate::cpu::layout::repeat_of_shape(own, shape)? {
+        crate::cpu::simd::Repeat::Cycle => Some(Fill::Cycle(len)),
+        crate::cpu::simd::Repeat::Spread => Some(Fill::Spread(shape.iter().product::<usize>() / len)),
+    }
+}
+
 /// The chain on its operands as a tensor of `shape`, in one pass on the operands' device,
 /// when that device's pass takes them (see `cpu::fused::run` and `gpu::fused::run`); else the
 /// operands back, for the caller to compute the steps one by one.

@@ -139,33 +139,6 @@ impl Tensor {
             _ => None,
         }
     }
-    /// The same elements under `shape` without copying them, when this tensor's elements are
-    /// in row-major order (a GPU tensor's always are) and `shape` holds as many; else the
-    /// tensor back, for a copying reshape (`TOp::Reshape`) to handle or reject.
-    pub fn into_reshaped(self, shape: &[usize]) -> Result<Tensor, Tensor> {
-        fn array<T>(a: ArrayD<T>, shape: &[usize]) -> Result<ArrayD<T>, ArrayD<T>> {
-            if a.len() != shape.iter().product::<usize>() || !a.is_standard_layout() {
-                return Err(a);
-            }
-            // A standard-layout array of as many elements takes any shape: no error is possible.
-            Ok(a.into_shape_with_order(IxDyn(shape)).expect("a row-major array of as many elements"))
-        }
-        let storage = match self.storage {
-            Storage::F32(a) => array(a, shape).map(Storage::F32).map_err(Storage::F32),
-            Storage::F64(a) => array(a, shape).map(Storage::F64).map_err(Storage::F64),
-            Storage::I64(a) => array(a, shape).map(Storage::I64).map_err(Storage::I64),
-            Storage::Bool(a) => array(a, shape).map(Storage::Bool).map_err(Storage::Bool),
-            Storage::Gpu(g) if g.len() == shape.iter().product::<usize>() => {
-                Ok(Storage::Gpu(g.reshaped(shape.to_vec())))
-            }
-            other => Err(other),
-        };
-        match storage {
-            Ok(storage) => Ok(Tensor { storage }),
-            Err(storage) => Err(Tensor { storage }),
-        }
-    }
-
     /// The same values as `dtype` (floats to integers truncate toward zero, as NumPy's
     /// `astype`; NaN and infinities to int64 are an error; nonzero is `true`). A GPU tensor
     /// is read back for any dtype but float32.
@@ -499,31 +472,5 @@ impl Rng {
         let u1 = self.uniform().max(1e-300);
         let u2 = self.uniform();
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A row-major tensor takes a new shape in place (same buffer); a transposed one, or a
-    /// shape of another size, comes back unchanged.
-    #[test]
-    fn into_reshaped_moves_row_major_elements_and_hands_back_the_rest() {
-        let t = Tensor::from_vec(&[2, 3], (0..6).map(|i| i as f32).collect()).unwrap();
-        let at = |t: &Tensor| match &t.storage {
-            Storage::F32(a) => a.as_ptr() as usize,
-            _ => 0,
-        };
-        let before = at(&t);
-        let r = t.into_reshaped(&[3, 2]).unwrap_or_else(|_| panic!("a row-major tensor was refused"));
-        assert_eq!((r.shape(), at(&r)), (&[3, 2][..], before));
-        assert_eq!(r.to_f64s(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-        let r = r.into_reshaped(&[4]).expect_err("a shape of another size was taken");
-        assert_eq!(r.shape(), &[3, 2]);
-        let transposed = Tensor {
-            storage: Storage::F32(ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![0.0f32; 6]).unwrap().reversed_axes()),
-        };
-        assert!(transposed.into_reshaped(&[6]).is_err());
     }
 }

@@ -371,6 +371,30 @@ mod tests {
         Tensor::from_vec(shape, v.to_vec()).unwrap()
     }
 
+    /// A row-major tensor the caller owns takes a new shape in place (same buffer); a shape
+    /// of another size is the reshape's error; a transposed one is copied into row-major order.
+    #[test]
+    fn reshape_owned_moves_row_major_elements_and_copies_the_rest() {
+        let x = t(&[2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let at = |t: &Tensor| match &t.storage {
+            Storage::F32(a) => a.as_ptr() as usize,
+            _ => 0,
+        };
+        let before = at(&x);
+        let r = reshape_owned(x, &[3, 2]).unwrap();
+        assert_eq!((r.shape(), at(&r)), (&[3, 2][..], before));
+        assert_eq!(r.to_f64s(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert!(reshape_owned(r, &[4]).is_err());
+        let transposed = Tensor {
+            storage: Storage::F32(
+                ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 3]), vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0])
+                    .unwrap()
+                    .reversed_axes(),
+            ),
+        };
+        assert_eq!(reshape_owned(transposed, &[6]).unwrap().to_f64s(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    }
+
     fn tensor(out: Out) -> Tensor {
         match out {
             Out::Tensor(t) => t,

@@ -324,25 +324,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             let t = t.as_tensor()?;
             Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
-        B::Dtype => {
-            // A batch's examples share the stack's dtype; a traced tensor has its example's.
-            let t = arg();
-            let d = match ad::dtype_of(&t) {
-                Some(d) => d,
-                None => t.as_tensor()?.dtype(),
-            };
-            Value::Str(std::rc::Rc::new(d.name().to_string()))
-        }
+        B::Dtype => Value::Str(std::rc::Rc::new(dtype_of(&arg())?.name().to_string())),
         B::Astype => {
             let name = arg().as_str()?;
             let Some(d) = DType::parse(&name) else {
                 return Err(Fault::new(format!("unknown dtype `{name}` (known: float32, float64, int64, bool)")));
             };
             let t = arg();
-            let from = match ad::dtype_of(&t) {
-                Some(d) => d,
-                None => t.as_tensor()?.dtype(),
-            };
+            let from = dtype_of(&t)?;
             let r = ad::tensor::call(m, TOp::AsType(d), vec![t])?;
             // An int64 or bool tensor stays on the CPU whatever the default device (the GPU
             // holds float32 only); made float32 it goes to the default device, as a
@@ -368,5 +357,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             ad::tensor::call(m, TOp::ToDevice(d), vec![t])?
         }
         other => return Err(Fault::internal(format!("{other:?} is not a tensor builtin"))),
+    })
+}
+
+/// A tensor value's dtype: a batch's examples share the stack's dtype, and a traced tensor
+/// has its example's.
+fn dtype_of(t: &Value) -> FResult<DType> {
+    Ok(match ad::dtype_of(t) {
+        Some(d) => d,
+        None => t.as_tensor()?.dtype(),
     })
 }

@@ -7,9 +7,8 @@
 //! the number the operations one by one compute, to the bit.
 
 use super::elementwise::{owned, unary_cost, with_bin, with_un, ARITHMETIC_COST};
-use super::layout::repeat_of;
-use super::simd::{self, By, Repeat, Shared};
-use crate::chain::{Arg, Chain, Operand, Step};
+use super::simd::{self, By, Shared};
+use crate::chain::{fill_of, Arg, Chain, Fill, Operand, Step};
 use crate::op::{Bin, Un};
 use crate::{Real, Tensor};
 use ndarray::{ArrayD, IxDyn};
@@ -59,17 +58,13 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
     for o in &operands {
         leaves.push(match o {
             Operand::Float(x) => Leaf::One(T::of_f64(*x)),
-            Operand::Tensor(t) => match T::of(t).and_then(|a| a.as_slice().map(|s| (a, s))) {
-                Some((a, s)) if a.shape() == shape => Leaf::Whole(s.as_ptr()),
-                Some((a, s)) if s.len() == 1 && a.ndim() <= shape.len() => Leaf::One(s[0]),
-                Some((a, s)) if crate::broadcast_shape(a.shape(), shape).ok().as_deref() == Some(shape) => {
-                    match repeat_of(a, shape) {
-                        Some(Repeat::Cycle) => Leaf::Cycle(s.as_ptr(), s.len()),
-                        Some(Repeat::Spread) => Leaf::Spread(s.as_ptr(), n / s.len()),
-                        None => return Err(operands),
-                    }
-                }
-                _ => return Err(operands),
+            // `as_slice`: a row-major array (the fill is that of its elements in order).
+            Operand::Tensor(t) => match T::of(t).and_then(|a| Some((a.as_slice()?, fill_of(a.shape(), shape)?))) {
+                Some((s, Fill::Whole)) => Leaf::Whole(s.as_ptr()),
+                Some((s, Fill::One)) => Leaf::One(s[0]),
+                Some((s, Fill::Cycle(len))) => Leaf::Cycle(s.as_ptr(), len),
+                Some((s, Fill::Spread(run))) => Leaf::Spread(s.as_ptr(), run),
+                None => return Err(operands),
             },
         });
     }

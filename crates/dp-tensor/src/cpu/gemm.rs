@@ -220,7 +220,7 @@ fn unit(len: usize, stride: isize) -> bool {
 thread_local! {
     /// Packing buffers, kept per thread so steady-state products never allocate.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// The unpacked kernel's copy of one column block of B (`x86::small_avx512`), apart from
+    /// The unpacked kernels' copies of one column block of B (`x86::with_copied_block`), apart from
     /// SCRATCH, which may hold the row-major copy of B that the block is taken from.
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
@@ -1172,18 +1172,26 @@ mod x86 {
             // 63% of a large product's GFLOP/s); copied with rows 64 floats apart, the block
             // covers every set. A copy is k · 64 floats against m · k · 64 FMAs.
             if q.m >= 16 && q.b.rs > 64 {
-                super::with_panel(q.k * 64, |panel| {
-                    for (k, d) in panel.chunks_exact_mut(64).enumerate() {
-                        // SAFETY: row k of this block of B holds q.n contiguous floats.
-                        d[..q.n].copy_from_slice(unsafe { std::slice::from_raw_parts(q.b.addr(k, 0), q.n) });
-                    }
-                    // SAFETY: as for the call below, with B the copy (row stride 64).
-                    unsafe { small_block_avx512(super::Problem { b: Mat { ptr: panel.as_ptr(), rs: 64, cs: 1 }, ..q }) }
-                });
+                // SAFETY: as for the call below, with B the copy.
+                with_copied_block(&q, 64, |q| unsafe { small_block_avx512(q) });
             } else {
                 small_block_avx512(q);
             }
         }
+    }
+
+    /// `f` on the column block `q` with B replaced by a copy of its q.n columns whose rows are
+    /// `stride` floats apart (`stride` ≥ q.n; the rest of each row zero), in the PANEL buffer.
+    #[inline(always)]
+    fn with_copied_block<R>(q: &super::Problem, stride: usize, f: impl FnOnce(super::Problem) -> R) -> R {
+        super::with_panel(q.k * stride, |panel| {
+            for (k, d) in panel.chunks_exact_mut(stride).enumerate() {
+                // SAFETY: row k of this block of B holds q.n contiguous floats.
+                d[..q.n].copy_from_slice(unsafe { std::slice::from_raw_parts(q.b.addr(k, 0), q.n) });
+                d[q.n..].fill(0.0);
+            }
+            f(super::Problem { b: Mat { ptr: panel.as_ptr(), rs: stride as isize, cs: 1 }, ..*q })
+        })
     }
 
     /// One column block (at most 64 wide) of `small_avx512`.
@@ -1352,18 +1360,8 @@ mod x86 {
             if w.is_multiple_of(8) {
                 small_block_avx2(q);
             } else {
-                let wp = w.next_multiple_of(8);
-                super::with_scratch(p.k * wp, |bp| {
-                    for (k, d) in bp.chunks_exact_mut(wp).enumerate() {
-                        // SAFETY: row k of this block of B holds w contiguous floats.
-                        d[..w].copy_from_slice(unsafe { std::slice::from_raw_parts(q.b.addr(k, 0), w) });
-                        d[w..].fill(0.0);
-                    }
-                    // SAFETY: as for the call above, with B the padded copy (row stride wp).
-                    unsafe {
-                        small_block_avx2(super::Problem { b: Mat { ptr: bp.as_ptr(), rs: wp as isize, cs: 1 }, ..q })
-                    };
-                });
+                // SAFETY: as for the call above, with B the padded copy.
+                with_copied_block(&q, w.next_multiple_of(8), |q| unsafe { small_block_avx2(q) });
             }
         }
     }

@@ -12,10 +12,8 @@
 
 use super::kernels::{groups, new_output, u32_of, ELEMENT_FNS};
 use super::{context, trace, GpuTensor};
-use crate::chain::{Arg, Chain, Operand, Step};
-use crate::cpu::layout::repeat_of_shape;
-use crate::cpu::simd::Repeat;
-use crate::{broadcast_shape, Storage, TResult, Tensor};
+use crate::chain::{fill_of, Arg, Chain, Fill, Operand, Step};
+use crate::{Storage, TResult, Tensor};
 use std::fmt::Write;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -60,27 +58,20 @@ pub(crate) fn run(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>) ->
                 words[k] = (*x as f32).to_bits();
                 Read::Float
             }
+            // A GPU tensor is row-major.
             Operand::Tensor(t) => {
-                let Some(g) = t.gpu() else { return Err(operands) };
-                let len = g.len();
-                if g.shape == shape {
-                    Read::Whole
-                } else if len == 1 && g.shape.len() <= shape.len() {
-                    Read::One
-                } else if broadcast_shape(&g.shape, shape).ok().as_deref() == Some(shape) {
-                    let (read, word) = match repeat_of_shape(&g.shape, shape) {
-                        Some(Repeat::Cycle) => (Read::Cycle, len),
-                        Some(Repeat::Spread) => (Read::Spread, n / len),
-                        None => return Err(operands),
-                    };
-                    match u32::try_from(word) {
-                        Ok(w) => words[k] = w,
-                        Err(_) => return Err(operands),
-                    }
-                    read
-                } else {
-                    return Err(operands);
+                let (read, word) = match t.gpu().and_then(|g| fill_of(&g.shape, shape)) {
+                    Some(Fill::Whole) => (Read::Whole, 0),
+                    Some(Fill::One) => (Read::One, 0),
+                    Some(Fill::Cycle(len)) => (Read::Cycle, len),
+                    Some(Fill::Spread(run)) => (Read::Spread, run),
+                    None => return Err(operands),
+                };
+                match u32::try_from(word) {
+                    Ok(w) => words[k] = w,
+                    Err(_) => return Err(operands),
                 }
+                read
             }
         };
         reads.push(read);
