@@ -84,6 +84,31 @@ fn set_device(device: &str) -> bool {
     }
 }
 
+/// Runs the command on the interpreter's thread; returns the exit code.
+fn run_command(cli: Cli) -> u8 {
+    match cli.command {
+        Some(Command::Run { .. })
+        | Some(Command::Repl)
+        | Some(Command::Jupyter { action: Jupyter::Kernel { .. } })
+        | None
+            if !set_device(&cli.device) =>
+        {
+            1
+        }
+        Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
+        Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
+        Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
+        Some(Command::Lsp) => dp::lsp::serve(),
+        Some(Command::Doc { out }) => dp::cli::doc(&out),
+        Some(Command::Jupyter { action: Jupyter::Install { prefix, .. } }) => {
+            dp::jupyter::install::command(prefix, &cli.device)
+        }
+        Some(Command::Jupyter { action: Jupyter::Kernel { connection_file } }) => {
+            dp::jupyter::kernel(&connection_file, cli.stack_limit)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     dp::memory::keep_freed_memory();
     let cli = Cli::parse();
@@ -91,26 +116,9 @@ fn main() -> ExitCode {
     // The checker recurses on the syntax tree; give it room for deeply nested programs.
     let handle = std::thread::Builder::new()
         .stack_size(512 << 20)
-        .spawn(move || match cli.command {
-            Some(Command::Run { .. })
-            | Some(Command::Repl)
-            | Some(Command::Jupyter { action: Jupyter::Kernel { .. } })
-            | None
-                if !set_device(&cli.device) =>
-            {
-                1
-            }
-            Some(Command::Run { file, args }) => dp::cli::run_file(&file, args, cli.stack_limit, false),
-            Some(Command::Check { file }) => dp::cli::run_file(&file, Vec::new(), cli.stack_limit, true),
-            Some(Command::Repl) | None => dp::repl::start(cli.stack_limit),
-            Some(Command::Lsp) => dp::lsp::serve(),
-            Some(Command::Doc { out }) => dp::cli::doc(&out),
-            Some(Command::Jupyter { action: Jupyter::Install { prefix, .. } }) => {
-                dp::jupyter::install::command(prefix, &cli.device)
-            }
-            Some(Command::Jupyter { action: Jupyter::Kernel { connection_file } }) => {
-                dp::jupyter::kernel(&connection_file, cli.stack_limit)
-            }
+        .spawn(move || {
+            dp_tensor::cpu::subnormals::apply_to_this_thread();
+            run_command(cli)
         })
         .expect("spawn the interpreter thread");
     match handle.join() {

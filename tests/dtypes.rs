@@ -100,3 +100,26 @@ fn dtype_errors_are_clear() {
         assert!(!r.stderr.contains("internal") && !r.stderr.contains("panicked"), "{}", r.stderr);
     }
 }
+
+/// `DP_FLUSH_SUBNORMALS=1` flushes subnormal results and operands to zero on every thread dp
+/// computes on — the interpreter's, the CPU pool's (a 512² product runs on it), and staged
+/// code — and without it arithmetic is IEEE: the same program prints the subnormals.
+#[test]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn flushing_subnormals_is_a_process_wide_choice() {
+    let src = "let () = println (1e-308 * 0.5)\n\
+               let a = ones [512, 512] * 1e-21\n\
+               let c = a @ a\n\
+               let () = println (sum c > 0.0, max c > 0.0)\n\
+               let d = astype \"float64\" (ones [100000]) * 1e-300 * 1e-10\n\
+               let () = println (sum d > 0.0)\n\
+               let () = println (jit (fun x -> x * 0.5) 1e-308)\n";
+    let ieee = crate::run::run_with(&[], src, &[]);
+    assert!(ieee.ok, "{}", ieee.stderr);
+    assert_eq!(ieee.stdout, "5e-309\n(true, true)\ntrue\n5e-309\n");
+    for threads in ["1", "2"] {
+        let flushed = crate::run::run_with(&[], src, &[("DP_FLUSH_SUBNORMALS", "1"), ("DP_NUM_THREADS", threads)]);
+        assert!(flushed.ok, "{}", flushed.stderr);
+        assert_eq!(flushed.stdout, "0.0\n(false, false)\nfalse\n0.0\n", "DP_NUM_THREADS={threads}");
+    }
+}

@@ -34,7 +34,7 @@ if [ ! -x "$NATIVE" ] && [ -n "$REF" ]; then
         --manifest-path "$REF/w1_native/Cargo.toml" >&2 || echo "# w1_native build FAILED" >&2
 fi
 
-DP_T=() PLAIN_T=() NATIVE_T=() JAX_T=()
+DP_T=() PLAIN_T=() FLUSH_T=() NATIVE_T=() JAX_T=()
 echo "# $(nproc) cpus, $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1); avx512f: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$ROUNDS"); do
     line=$("$DP" run "$HERE/jit.dp" 100000 "$REPS")
@@ -43,6 +43,9 @@ for r in $(seq 1 "$ROUNDS"); do
     line=$(DP_JIT_NATIVE=0 "$DP" run "$HERE/jit.dp" 100000 "$REPS")
     t=$(echo "$line" | field median); PLAIN_T+=("$t")
     echo "round $r  dp jit, DP_JIT_NATIVE=0  first=$(echo "$line" | field first) s  per_call=$(echo "$line" | field per_call) s  median=$t s"
+    line=$(DP_FLUSH_SUBNORMALS=1 "$DP" run "$HERE/jit.dp" 100000 "$REPS")
+    t=$(echo "$line" | field median); FLUSH_T+=("$t")
+    echo "round $r  dp jit, DP_FLUSH_SUBNORMALS=1  first=$(echo "$line" | field first) s  per_call=$(echo "$line" | field per_call) s  median=$t s  value=$(echo "$line" | field value) grad=$(echo "$line" | field grad)"
     if [ -x "$NATIVE" ]; then
         line=$("$NATIVE" 100000 101 2>/dev/null)
         t=$(echo "$line" | field seconds); NATIVE_T+=("$t")
@@ -67,3 +70,6 @@ for row in "DP_JIT_NATIVE=0|${PLAIN_T[*]}" "rust native|${NATIVE_T[*]}" "jax jit
     summary="$summary, $name $m s (dp/that $ratio)"
 done
 echo "$summary"
+# XLA flushes subnormals to zero on its CPU threads; dp does when asked (docs/language.md).
+flush=$(median "${FLUSH_T[@]}") jax=$(median "${JAX_T[@]}")
+[ -n "$flush" ] && echo "dp jit with DP_FLUSH_SUBNORMALS=1 (as XLA computes): $flush s$( [ -n "$jax" ] && awk -v a="$flush" -v b="$jax" 'BEGIN { if (b > 0) printf ", dp/jax jit %.2f", a / b }')"

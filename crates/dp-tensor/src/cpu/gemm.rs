@@ -1750,6 +1750,7 @@ mod pool {
         let asleep = Arc::new(AtomicBool::new(false));
         let flag = asleep.clone();
         let worker = move || {
+            crate::cpu::subnormals::apply_to_this_thread();
             while let Some(job) = next_job(&rx, &flag) {
                 job.help();
             }

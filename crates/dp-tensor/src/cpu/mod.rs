@@ -12,6 +12,7 @@ pub mod gather;
 pub mod gemm;
 pub mod layout;
 pub(crate) mod simd;
+pub mod subnormals;
 pub mod vmath;
 
 use crate::op::Conv;
