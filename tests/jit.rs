@@ -460,6 +460,45 @@ fn elementwise_chains_give_the_machines_numbers() {
     }
 }
 
+/// A reduction whose operand is an elementwise chain read by nothing else takes the chain in
+/// (`chain[…] into mean_axis`): layer norm's variance, a bias's gradient, a loss's sum are
+/// computed as the chain goes, its elements never stored, and every number, forward and
+/// gradient, is the machine's to the last bit in float32 and float64, on tensors small and
+/// large enough to be split over the thread pool.
+#[test]
+fn reductions_take_in_the_chains_they_read() {
+    for dtype in ["float32", "float64"] {
+        let src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let norm n x = let mu = reshape (mean_axis x 1) [n, 1] in\n\
+             \x20 let d = x - mu in\n\
+             \x20 d / sqrt (reshape (mean_axis (d * d) 1) [n, 1] + 1e-5)\n\
+             let f n (x, w, b) = mean (tanh (norm n (x @ w) + b) * x) + sum (b * b) + sum (sum_axis (w * w) 0)\n\
+             let j6 = jit (value_and_grad (f 6))\n\
+             let j600 = jit (value_and_grad (f 600))\n\
+             let show_all (l, (gx, gw, gb)) = (println (show l); println (show (to_list gx)); println (show (to_list gw)); println (show (to_list gb)))\n\
+             let small = (cast (randn 1 [6, 5]), cast (randn 2 [5, 5]), cast (randn 3 [5]))\n\
+             let big = (cast (randn 4 [600, 300]), cast (randn 5 [300, 300]), cast (randn 6 [300]))\n\
+             let () = show_all (value_and_grad (f 6) small)\n\
+             let () = show_all (j6 small)\n\
+             let () = show_all (value_and_grad (f 600) big)\n\
+             let () = show_all (j600 big)\n"
+        );
+        let r = run_with(&[], &src, &[("DP_DUMP_IR", "1")]);
+        assert!(r.ok, "dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(out.len(), 16, "{dtype}: {}", r.stdout);
+        for k in 0..4 {
+            assert!(out[k] == out[k + 4], "{dtype}: small, line {k} unstaged and staged differ");
+            assert!(out[k + 8] == out[k + 12], "{dtype}: big, line {k} unstaged and staged differ");
+        }
+        let ir: Vec<&str> = r.stderr.lines().filter(|l| l.trim_start().starts_with('%')).collect();
+        for want in ["into `mean_axis`", "into `sum`", "into `mean`", "into `sum_axis`", "into SumTo("] {
+            assert!(ir.iter().any(|l| l.contains("= chain[") && l.contains(want)), "{dtype}: {want} in {ir:#?}");
+        }
+    }
+}
+
 /// Batched products of a stack's transpose (attention's `q @ kᵀ`, and the reverse rule of a
 /// batched `@`) read the transposed operand through strides, one stacked GEMM call each, with
 /// the machine's numbers to the last bit in float32 and float64.

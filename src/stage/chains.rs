@@ -106,15 +106,50 @@ pub fn chains(mut p: Program) -> Program {
         let (Some(chain), Kind::Tensor(_, shape)) = (Chain::new(steps, operands.len()), &p.kinds[root]) else {
             continue;
         };
-        let op = Op::Chain(Rc::new(Chained { chain, shape: shape.to_vec() }));
+        let op = Op::Chain(Rc::new(Chained { chain, shape: shape.to_vec(), reduce: None }));
         p.nodes[root] = Node::Apply(op, Args::from(operands));
         changed = true;
     }
+    changed |= into_reductions(&mut p, &uses, &steps, &inside);
     // The steps now inside chains are read by nobody.
     if changed {
         super::opt::dead_code(&mut p);
     }
     p
+}
+
+/// A reduction (`sum`, `mean`, `sum_axis`, `mean_axis`, a one-axis `SumTo`: `Reduce::of`)
+/// whose operand is a chain, or a single elementwise step, read by it alone takes that chain
+/// in: the node becomes the chain reduced as it goes, and the chain's elements are never
+/// stored (layer norm's `mean_axis ((x - μ)²)`, a bias's gradient `SumTo (g * mask)`, a loss's
+/// `sum (p * y)`). Returns whether any did.
+fn into_reductions(p: &mut Program, uses: &[u32], steps: &[bool], inside: &[bool]) -> bool {
+    let mut changed = false;
+    for r in 0..p.nodes.len() {
+        let Node::Apply(Op::T(t), args) = &p.nodes[r] else { continue };
+        let &[a] = &args[..] else { continue };
+        let a = a as usize;
+        let Kind::Tensor(DType::F32 | DType::F64, shape) = &p.kinds[a] else { continue };
+        let Some(reduce) = crate::tensor::chain::Reduce::of(t, shape) else { continue };
+        if uses[a] != 1 || shape.iter().product::<usize>() == 0 {
+            continue;
+        }
+        let (chain, operands) = match &p.nodes[a] {
+            Node::Apply(Op::Chain(c), operands) if c.reduce.is_none() => (c.chain.clone(), operands.clone()),
+            _ if steps[a] && !inside[a] => {
+                let mut b = Builder { p, inside, steps: Vec::new(), operands: Vec::new() };
+                b.visit(a);
+                let Builder { steps, operands, .. } = b;
+                let Some(chain) = Chain::new(steps, operands.len()) else { continue };
+                (chain, Args::from(operands))
+            }
+            _ => continue,
+        };
+        let reduced = Chained { chain, shape: shape.to_vec(), reduce: Some(((**t).clone(), reduce)) };
+        p.nodes[r] = Node::Apply(Op::Chain(Rc::new(reduced)), operands);
+        changed = true;
+    }
+    changed
 }
 
 /// A chain's steps in the order they are computed (operands before the step that reads them),

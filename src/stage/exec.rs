@@ -10,6 +10,7 @@ use crate::core::Prim;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{tensor, FResult, Fault};
 use crate::tensor::chain::{self as fused, Arg, Operand};
+use crate::tensor::ops::Out;
 use crate::tensor::{cpu, DType, Real, TOp, Tensor};
 use ndarray::ArrayD;
 use std::cell::RefCell;
@@ -94,6 +95,23 @@ fn chain(c: &Chained, args: Vec<Value>) -> FResult<Value> {
             other => return Err(Fault::internal(format!("a chain's operand is {}", other.type_name()))),
         });
     }
+    if let Some((op, reduce)) = &c.reduce {
+        // Reduced as it goes where the device has such a pass; else the chain, then the
+        // reduction of its result.
+        let operands = match fused::run_reduced(&c.chain, &c.shape, *reduce, operands) {
+            Ok(Out::Float(x)) => return Ok(Value::Float(x)),
+            Ok(Out::Tensor(t)) => return Ok(tensor::wrap(t)),
+            Err(operands) => operands,
+        };
+        let elements = run_chain(c, operands)?;
+        return tensor::forward(op, &[elements]);
+    }
+    run_chain(c, operands)
+}
+
+/// The chain's elements, as a tensor: one pass where the device takes the operands, else the
+/// steps one by one.
+fn run_chain(c: &Chained, operands: Vec<Operand>) -> FResult<Value> {
     let operands = match fused::run(&c.chain, &c.shape, operands) {
         Ok(t) => return Ok(tensor::wrap(t)),
         Err(operands) => operands,

@@ -4,7 +4,7 @@
 
 use crate::core::Prim;
 use crate::runtime::value::Value;
-use crate::tensor::chain::{Arg, Chain};
+use crate::tensor::chain::{Arg, Chain, Reduce};
 use crate::tensor::{fmt_shape, DType, TOp, Un};
 use std::fmt;
 use std::rc::Rc;
@@ -34,7 +34,12 @@ pub enum Op {
 #[derive(Debug, PartialEq)]
 pub struct Chained {
     pub chain: Chain,
+    /// The shape of the chain's elements.
     pub shape: Vec<usize>,
+    /// The reduction that takes the chain's elements (the node's result is then the
+    /// reduction's: a Float or a smaller tensor), computed as the chain goes, so the chain's
+    /// elements are never stored: the operation, and how it reduces.
+    pub reduce: Option<(TOp, Reduce)>,
 }
 
 /// A node's operands. Nearly every node has one or two, so up to four are held in the node
@@ -230,7 +235,11 @@ impl fmt::Display for Op {
                         format!("s{j} = {} {}", super::chains::op_of(step), read.join(" "))
                     })
                     .collect();
-                write!(f, "chain[{}]", steps.join("; "))
+                write!(f, "chain[{}]", steps.join("; "))?;
+                match &c.reduce {
+                    Some((op, _)) => write!(f, " into {}", op.name()),
+                    None => Ok(()),
+                }
             }
         }
     }

@@ -4,7 +4,8 @@
 //! data, the same on every device; `run` hands it to the device's pass: the CPU's blocked
 //! loop (`cpu::fused`) or a compute shader generated for the chain (`gpu::fused`).
 
-use crate::op::{Bin, Cmp, Un};
+use crate::op::{Bin, Cmp, TOp, Un};
+use crate::ops::Out;
 use crate::Tensor;
 use std::rc::Rc;
 
@@ -122,5 +123,65 @@ pub fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Ten
         crate::gpu::fused::run(chain, shape, operands)
     } else {
         crate::cpu::fused::run(chain, shape, operands)
+    }
+}
+
+/// A reduction that takes a chain's elements as the chain computes them (`run_reduced`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// `sum` (or `mean`) of every element, a Float.
+    All { mean: bool },
+    /// `sum_axis` (or `mean_axis`) along `axis`; with `keep` the axis stays, of length 1.
+    Axis { axis: usize, mean: bool, keep: bool },
+}
+
+impl Reduce {
+    /// The reduction `op` computes on a tensor of `shape`, when it is one of these: `sum`,
+    /// `mean`, `sum_axis`, `mean_axis`, and a `SumTo` (a broadcast's adjoint) that sums one
+    /// axis — a leading one it drops (a bias's gradient) or one it keeps as 1.
+    pub fn of(op: &TOp, shape: &[usize]) -> Option<Reduce> {
+        match op {
+            TOp::Sum => Some(Reduce::All { mean: false }),
+            TOp::Mean => Some(Reduce::All { mean: true }),
+            TOp::SumAxis(a) => Some(Reduce::Axis { axis: *a, mean: false, keep: false }),
+            TOp::MeanAxis(a) => Some(Reduce::Axis { axis: *a, mean: true, keep: false }),
+            TOp::SumTo(to) if shape.len() == to.len() + 1 && shape[1..] == to[..] => {
+                Some(Reduce::Axis { axis: 0, mean: false, keep: false })
+            }
+            TOp::SumTo(to) if shape.len() == to.len() => {
+                let differ: Vec<usize> = (0..to.len()).filter(|&i| shape[i] != to[i]).collect();
+                match differ[..] {
+                    [axis] if to[axis] == 1 => Some(Reduce::Axis { axis, mean: false, keep: true }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+        .filter(|r| r.fits(shape))
+    }
+
+    /// Whether the reduction applies to a tensor of `shape` (its axis is one of the shape's).
+    pub fn fits(self, shape: &[usize]) -> bool {
+        match self {
+            Reduce::All { .. } => true,
+            Reduce::Axis { axis, .. } => axis < shape.len(),
+        }
+    }
+}
+
+/// The chain on its operands, reduced, without the chain's result stored, when the operands'
+/// device has such a pass (the CPU: `cpu::fused::run_reduced`); else the operands back, for
+/// the caller to run the chain and then the reduction.
+pub fn run_reduced(
+    chain: &Chain,
+    shape: &[usize],
+    reduce: Reduce,
+    operands: Vec<Operand>,
+) -> Result<Out, Vec<Operand>> {
+    let on_gpu = operands.iter().any(|o| matches!(o, Operand::Tensor(t) if t.is_gpu()));
+    if on_gpu {
+        Err(operands)
+    } else {
+        crate::cpu::fused::run_reduced(chain, shape, reduce, operands)
     }
 }

@@ -177,9 +177,21 @@ impl Real for f64 {
     // float64 products go through ndarray's (matrixmultiply's) dgemm: dp's own micro-kernels
     // are float32's, the dtype of every model's weights; float64 is for accuracy checks. An
     // outer product (inner dimension 1) is a direct loop instead (cpu/direct.rs).
+    //
+    // With beta ≠ 0 (a staged gradient's `acc + x @ y`, one call), the product is computed on
+    // its own and then added: matrixmultiply adds each block of the inner dimension into c as
+    // it goes, so for an inner dimension longer than one block (256) it would compute
+    // (acc + p₁) + p₂ where the operations one by one compute acc + (p₁ + p₂).
     fn gemm(alpha: f64, a: ArrayView2<f64>, b: ArrayView2<f64>, beta: f64, mut c: ArrayViewMut2<f64>) {
-        if !crate::cpu::direct::rank1(alpha, &a, &b, beta, &mut c) {
+        if crate::cpu::direct::rank1(alpha, &a, &b, beta, &mut c) {
+            return;
+        }
+        if beta == 0.0 {
             ndarray::linalg::general_mat_mul(alpha, &a, &b, beta, &mut c)
+        } else {
+            let mut p = ndarray::Array2::<f64>::zeros(c.dim());
+            ndarray::linalg::general_mat_mul(alpha, &a, &b, 0.0, &mut p);
+            c.zip_mut_with(&p, |c, &p| *c = beta * *c + p);
         }
     }
     // matrixmultiply runs on the calling thread already.

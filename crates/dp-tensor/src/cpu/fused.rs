@@ -8,8 +8,9 @@
 
 use super::elementwise::{owned, unary_cost, with_bin, with_un, ARITHMETIC_COST};
 use super::simd::{self, By, Shared};
-use crate::chain::{fill_of, Arg, Chain, Fill, Operand, Step};
+use crate::chain::{fill_of, Arg, Chain, Fill, Operand, Reduce, Step};
 use crate::op::{Bin, Un};
+use crate::ops::Out;
 use crate::{Real, Tensor};
 use ndarray::{ArrayD, IxDyn};
 use std::mem::MaybeUninit;
@@ -52,22 +53,27 @@ enum Leaf<T> {
 unsafe impl<T: Send> Send for Leaf<T> {}
 unsafe impl<T: Sync> Sync for Leaf<T> {}
 
+/// The operands as the loops read them, when each is a Float or a row-major tensor of dtype
+/// T that fills `shape` (see `Fill`).
+fn leaves_of<T: Real>(operands: &[Operand], shape: &[usize]) -> Option<Vec<Leaf<T>>> {
+    operands
+        .iter()
+        .map(|o| match o {
+            Operand::Float(x) => Some(Leaf::One(T::of_f64(*x))),
+            // `as_slice`: a row-major array (the fill is that of its elements in order).
+            Operand::Tensor(t) => match T::of(t).and_then(|a| Some((a.as_slice()?, fill_of(a.shape(), shape)?)))? {
+                (s, Fill::Whole) => Some(Leaf::Whole(s.as_ptr())),
+                (s, Fill::One) => Some(Leaf::One(s[0])),
+                (s, Fill::Cycle(len)) => Some(Leaf::Cycle(s.as_ptr(), len)),
+                (s, Fill::Spread(run)) => Some(Leaf::Spread(s.as_ptr(), run)),
+            },
+        })
+        .collect()
+}
+
 fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
     let n: usize = shape.iter().product();
-    let mut leaves = Vec::with_capacity(operands.len());
-    for o in &operands {
-        leaves.push(match o {
-            Operand::Float(x) => Leaf::One(T::of_f64(*x)),
-            // `as_slice`: a row-major array (the fill is that of its elements in order).
-            Operand::Tensor(t) => match T::of(t).and_then(|a| Some((a.as_slice()?, fill_of(a.shape(), shape)?))) {
-                Some((s, Fill::Whole)) => Leaf::Whole(s.as_ptr()),
-                Some((s, Fill::One)) => Leaf::One(s[0]),
-                Some((s, Fill::Cycle(len))) => Leaf::Cycle(s.as_ptr(), len),
-                Some((s, Fill::Spread(run))) => Leaf::Spread(s.as_ptr(), run),
-                None => return Err(operands),
-            },
-        });
-    }
+    let Some(leaves) = leaves_of::<T>(&operands, shape) else { return Err(operands) };
     if n == 0 {
         return Ok(Tensor::from_real(ArrayD::<T>::zeros(IxDyn(shape))));
     }
@@ -115,6 +121,98 @@ fn run_real<T: Real>(chain: &Chain, shape: &[usize], mut operands: Vec<Operand>)
         }
     };
     Ok(Tensor { storage: T::storage(out) })
+}
+
+/// The chain's elements read by a reduction as it goes (`simd::Source`): each range is
+/// computed by `pass` into the reduction's scratch, never stored whole.
+struct Computed<'a, T> {
+    chain: &'a Chain,
+    leaves: &'a [Leaf<T>],
+    /// The chain's elements (every read lies inside them).
+    n: usize,
+}
+
+impl<T: Real> simd::Source<T> for Computed<'_, T> {
+    fn read<'s>(&'s self, r: std::ops::Range<usize>, scratch: &'s mut Vec<T>) -> &'s [T] {
+        let len = r.len();
+        debug_assert!(r.end <= self.n, "a reduction read past its chain");
+        scratch.clear();
+        scratch.reserve(len);
+        // SAFETY: the leaves fill the chain's n elements (`leaves_of` against its shape) and
+        // outlive the reduction; `pass` writes all `len` elements of the spare capacity before
+        // the length is set, and reads none of it.
+        unsafe {
+            pass(self.chain, self.leaves, r, &mut scratch.spare_capacity_mut()[..len], false);
+            scratch.set_len(len);
+        }
+        scratch
+    }
+}
+
+/// The chain on its operands reduced by `reduce`, in one pass, without its result stored:
+/// the sums read the chain's elements block by block in the order in which they read a
+/// stored tensor (`simd::Source`), so the result is the reduction's of the chain's result to
+/// the bit. Takes the operands `run` takes; else gives them back.
+pub(crate) fn run_reduced(
+    chain: &Chain,
+    shape: &[usize],
+    reduce: Reduce,
+    operands: Vec<Operand>,
+) -> Result<Out, Vec<Operand>> {
+    let dtype = operands.iter().find_map(|o| match o {
+        Operand::Tensor(t) => Some(t.dtype()),
+        Operand::Float(_) => None,
+    });
+    let n: usize = shape.iter().product();
+    match dtype {
+        _ if operands.len() != chain.operands() || n == 0 || !reduce.fits(shape) => Err(operands),
+        Some(crate::DType::F32) => reduced_real::<f32>(chain, shape, reduce, operands),
+        Some(crate::DType::F64) => reduced_real::<f64>(chain, shape, reduce, operands),
+        _ => Err(operands),
+    }
+}
+
+fn reduced_real<T: Real>(
+    chain: &Chain,
+    shape: &[usize],
+    reduce: Reduce,
+    operands: Vec<Operand>,
+) -> Result<Out, Vec<Operand>> {
+    let Some(leaves) = leaves_of::<T>(&operands, shape) else { return Err(operands) };
+    let n: usize = shape.iter().product();
+    let source = Computed { chain, leaves: &leaves, n };
+    // Each element costs its chain and an add (the sums' own cost is ARITHMETIC_COST).
+    let cost = cost_each(chain) + ARITHMETIC_COST;
+    Ok(match reduce {
+        Reduce::All { mean } => {
+            let s = simd::sum_f64_of(&source, n);
+            Out::Float(if mean { s / n as f64 } else { s })
+        }
+        Reduce::Axis { axis, mean, keep } => {
+            let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
+            let m = shape[axis];
+            let mut sums = if inner > 1 {
+                simd::sum_middle(&source, outer, m, inner, cost)
+            } else {
+                simd::sum_lanes(&source, outer, m, cost)
+            };
+            if mean {
+                // As `sum_axis`'s mean: the sums divided by the axis's length, in T.
+                let d = T::of_f64(m.max(1) as f64);
+                sums.iter_mut().for_each(|x| *x = *x / d);
+            }
+            let mut dims = shape.to_vec();
+            if keep {
+                dims[axis] = 1;
+            } else {
+                dims.remove(axis);
+            }
+            match ArrayD::from_shape_vec(IxDyn(&dims), sums) {
+                Ok(a) => Out::Tensor(Tensor::from_real(a)),
+                Err(_) => return Err(operands),
+            }
+        }
+    })
 }
 
 /// The work of one element, in the pool's units (`elementwise::ARITHMETIC_COST`).
@@ -467,5 +565,80 @@ mod tests {
         assert!(run(&chain, &[2, 3], vec![Operand::Tensor(i), Operand::Float(1.0)]).is_err());
         assert!(Chain::new(vec![(Step::Bin(Bin::Add), [Arg::In(0), Arg::At(0)])], 1).is_none());
         assert!(Chain::new(vec![(Step::Pick(Cmp::Less), [Arg::In(0), Arg::In(0)])], 1).is_none());
+    }
+
+    /// A chain reduced as it goes (`run_reduced`) is the reduction of the chain's stored
+    /// result to the bit: `sum`, `mean`, `sum_axis`/`mean_axis` over a leading, middle and
+    /// last axis, and the one-axis `SumTo`s, in both float dtypes, with a broadcast operand,
+    /// NaN and -0 among the elements, on one thread and over the pool's pieces.
+    #[test]
+    fn a_reduced_chain_is_the_reduction_of_the_chains_result_to_the_bit() {
+        use Arg::{At, In};
+        // (x - b) * (x - b) * 0.5, b repeated along the leading axes.
+        let chain = Chain::new(
+            vec![
+                (Step::Bin(Bin::Sub), [In(0), In(1)]),
+                (Step::Bin(Bin::Mul), [At(0), At(0)]),
+                (Step::Bin(Bin::Mul), [At(1), In(2)]),
+            ],
+            3,
+        )
+        .unwrap();
+        for shape in [
+            vec![5],
+            vec![3 * 8192 + 9],
+            vec![3, 7],
+            vec![4, 3, 5],
+            vec![2, 3 * 8192 + 5],
+            vec![3 * 8192 + 7, 3],
+            vec![40, 900],
+        ] {
+            let n: usize = shape.iter().product();
+            let last = *shape.last().unwrap();
+            let mut xs: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) / 7.0).collect();
+            xs[0] = -0.0;
+            if shape.len() > 1 {
+                // (A NaN makes the whole sum NaN: the one-axis shape keeps `sum` a number.)
+                xs[n / 2] = f64::NAN;
+            }
+            let bs: Vec<f64> = (0..last).map(|i| i as f64 / 3.0 - 1.0).collect();
+            let mut reductions = vec![TOp::Sum, TOp::Mean];
+            for axis in 0..shape.len() {
+                reductions.extend([TOp::SumAxis(axis), TOp::MeanAxis(axis)]);
+                let mut kept = shape.clone();
+                kept[axis] = 1;
+                reductions.push(TOp::SumTo(kept));
+            }
+            reductions.push(TOp::SumTo(shape[1..].to_vec()));
+            for dtype in [DType::F64, DType::F32] {
+                let t =
+                    |s: &[usize], v: &[f64]| Rc::new(Tensor::from_f64s(s, v.to_vec()).unwrap().astype(dtype).unwrap());
+                let (x, b) = (t(&shape, &xs), t(&[last], &bs));
+                let operands = || vec![Operand::Tensor(x.clone()), Operand::Tensor(b.clone()), Operand::Float(0.5)];
+                let Ok(stored) = run(&chain, &shape, operands()) else { panic!("the chain did not run") };
+                for op in &reductions {
+                    let Some(reduce) = Reduce::of(op, &shape) else {
+                        // A SumTo of a one-element axis sums nothing: not a reduction here.
+                        assert!(matches!(op, TOp::SumTo(_)), "{op:?} of {shape:?}");
+                        continue;
+                    };
+                    let want = ops::forward(op, &[&stored]).unwrap();
+                    for parallel in [false, true] {
+                        let go = || run_reduced(&chain, &shape, reduce, operands());
+                        let got = if parallel { crate::cpu::gemm::with_forced_parallel(go) } else { go() };
+                        let what = format!("{op:?} of {shape:?}, {dtype:?}, parallel {parallel}");
+                        match (got, &want) {
+                            (Ok(Out::Float(g)), Out::Float(w)) => assert_eq!(g.to_bits(), w.to_bits(), "{what}"),
+                            (Ok(Out::Tensor(g)), Out::Tensor(w)) => {
+                                assert_eq!(g.shape(), w.shape(), "{what}");
+                                assert_eq!(g.dtype(), dtype, "{what}");
+                                assert_eq!(bits(&g), bits(w), "{what}");
+                            }
+                            _ => panic!("{what}: not the reduction's kind of result"),
+                        }
+                    }
+                }
+            }
+        }
     }
 }
