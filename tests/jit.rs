@@ -743,3 +743,87 @@ fn the_profile_shows_where_a_staged_programs_time_goes() {
     // Without the variable, nothing is printed.
     assert!(!run_with(&[], src, &[]).stderr.contains("jit profile"));
 }
+
+/// A random elementwise expression of shape [r, c] over `x` ([r, c]), `w` ([c], a bias) and
+/// `s` ([r, 1], a per-row value), with reductions inside it (per-row means, column sums, a
+/// whole sum scaling it): the shapes the staged chains, broadcasts and reduced chains take.
+fn tensor_expression(rng: &mut crate::gen::rng::Rng, depth: u32, rows: usize) -> String {
+    if depth == 0 || rng.chance(0.15) {
+        return rng.pick(&["x", "(x * x)", "(x + w)", "(x * s)", "(x - s + w)"]).to_string();
+    }
+    let mut sub = || tensor_expression(rng, depth - 1, rows);
+    let (a, b) = (sub(), sub());
+    match rng.below(22) {
+        0 => format!("({a} + {b})"),
+        1 => format!("({a} - {b})"),
+        2 => format!("({a} * {b})"),
+        3 => format!("({a} / ({b} * {b} + 1.0))"),
+        4 => format!("(tanh {a})"),
+        5 => format!("(sigmoid {a})"),
+        6 => format!("(sin {a})"),
+        7 => format!("(cos {a})"),
+        8 => format!("(exp (tanh {a}))"),
+        9 => format!("(relu {a})"),
+        10 => format!("(abs {a})"),
+        11 => format!("(sqrt ({a} * {a} + 1.0))"),
+        12 => format!("(log ({a} * {a} + 1.0))"),
+        13 => format!("(-{a})"),
+        14 => format!("(max_of {a} {b})"),
+        15 => format!("(min_of {a} {b})"),
+        16 => format!("(where (greater {a} {b}) {a} ({b} * 0.5))"),
+        17 => format!("(clip (-0.5) 0.5 {a})"),
+        18 => format!("({a} ** 2.0)"),
+        19 => format!("({a} - reshape (mean_axis {a} 1) [{rows}, 1])"),
+        20 => format!("({b} + sum_axis ({a} * {a}) 0 * 0.01)"),
+        _ => format!("({a} * (sum {b} * 0.001))"),
+    }
+}
+
+/// Generated programs: random elementwise expressions with broadcasts and reductions (see
+/// `tensor_expression`), each reduced to a loss three ways (`sum`, `mean`, a weighted column
+/// sum), differentiated with respect to all three arguments; `jit (value_and_grad f)` (traced
+/// at another point first) prints the machine's numbers to the last digit, in float32 and
+/// float64, on tensors large enough for the thread pool. The seed is in the failure message.
+#[test]
+fn generated_tensor_programs_staged_are_the_machines_to_the_bit() {
+    // DP_TEST_SEED=n tries other programs.
+    let seed = std::env::var("DP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_17);
+    let mut rng = crate::gen::rng::Rng::new(seed);
+    let (rows, cols) = (96, 130);
+    let mut bodies = Vec::new();
+    for k in 0..24 {
+        let e = tensor_expression(&mut rng, 4, rows);
+        bodies.push(match k % 3 {
+            0 => format!("sum ({e})"),
+            1 => format!("mean ({e})"),
+            _ => format!("sum (sum_axis ({e}) 0 * w)"),
+        });
+    }
+    for dtype in ["float32", "float64"] {
+        let mut src = format!(
+            "let cast t = astype \"{dtype}\" t\n\
+             let at k = (cast (randn k [{rows}, {cols}]), cast (randn (k + 1) [{cols}]), cast (randn (k + 2) [{rows}, 1]))\n\
+             let show (l, (gx, gw, gs)) = println (show l ++ \" \" ++ show (to_list gx) ++ \" \" ++ show (to_list gw) ++ \" \" ++ show (to_list gs))\n"
+        );
+        for (i, body) in bodies.iter().enumerate() {
+            src.push_str(&format!(
+                "let f{i} (x, w, s) = {body}\n\
+                 let j{i} = jit (value_and_grad f{i})\n\
+                 let _ = j{i} (at 7)\n\
+                 let () = show (value_and_grad f{i} (at 1))\n\
+                 let () = show (j{i} (at 1))\n"
+            ));
+        }
+        let r = run_with(&[], &src, &[]);
+        assert!(r.ok, "seed {seed:#x}, {dtype}: dp failed:\n{}", r.stderr);
+        let out: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(out.len(), 2 * bodies.len(), "seed {seed:#x}, {dtype}");
+        for (i, pair) in out.chunks(2).enumerate() {
+            assert!(
+                pair[0] == pair[1],
+                "seed {seed:#x}, {dtype}: program {i} `{}`: staged differs from unstaged",
+                bodies[i]
+            );
+        }
+    }
+}
