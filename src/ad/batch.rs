@@ -765,7 +765,14 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             check_axis(&op, ax, &example_shape(&At::Batch(v.clone(), axis, Example::Tensor)))?;
             batched(tag, call(m, moved, vec![v])?, axis_after, Example::Tensor)
         }
-        TOp::Softmax | TOp::LogSoftmax | TOp::Step | TOp::Sign | TOp::Not | TOp::ToDevice(_) | TOp::AsType(_)
+        TOp::Softmax
+        | TOp::LogSoftmax
+        | TOp::Normalize(_)
+        | TOp::Step
+        | TOp::Sign
+        | TOp::Not
+        | TOp::ToDevice(_)
+        | TOp::AsType(_)
             if args.len() == 1 =>
         {
             let At::Batch(v, axis, kind) = args.remove(0) else { return no_rule(&op) };
@@ -792,11 +799,12 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             }
             let last = shape_of(&v).len().saturating_sub(1);
             // The softmaxes work on the last axis: it must be an example's.
-            let (v, axis) = if matches!(op, TOp::Softmax | TOp::LogSoftmax) && axis == last && last > 0 {
-                (front(m, v, axis)?, 0)
-            } else {
-                (v, axis)
-            };
+            let (v, axis) =
+                if matches!(op, TOp::Softmax | TOp::LogSoftmax | TOp::Normalize(_)) && axis == last && last > 0 {
+                    (front(m, v, axis)?, 0)
+                } else {
+                    (v, axis)
+                };
             batched(tag, call(m, op, vec![v])?, axis, Example::Tensor)
         }
         TOp::Reshape(s) => {

@@ -112,6 +112,42 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
     }
 }
 
+/// The adjoint (or, the Jacobian being symmetric, the tangent) of `normalize eps` at x, whose
+/// result is y, for g: rstd · (g − mean g − y · mean (g y)) along the last axis, rstd =
+/// 1 / √(var x + eps). When nothing is differentiated through it (a first-order gradient, or
+/// a staged one) that is the one-pass `NormalizeGrad`; otherwise the same formula from
+/// differentiable operations, so higher orders and batches follow.
+fn normalize_adjoint<H: Host>(m: &mut H, eps: f64, x: &Value, y: &Value, g: Value) -> FResult<Value> {
+    let plain = |v: &Value| matches!(v, Value::Tensor(_) | Value::Staged(_));
+    if plain(x) && plain(&g) && !is_ad(x) && !is_ad(&g) {
+        return call(m, TOp::NormalizeGrad(eps), vec![x.clone(), g]);
+    }
+    let n = ad::shape_of(x).last().copied().unwrap_or(1).max(1) as f64;
+    let mean_last = |m: &mut H, v: Value| -> FResult<Value> {
+        let s = sum_last_keep(m, v)?;
+        m.prim2(Prim::Div, s, Value::Float(n))
+    };
+    let mu = mean_last(m, x.clone())?;
+    let c = m.prim2(Prim::Sub, x.clone(), mu)?;
+    let cc = mul(m, c.clone(), c)?;
+    let var = mean_last(m, cc)?;
+    let v = m.prim2(Prim::Add, var, Value::Float(eps))?;
+    let sd = ad::apply_un(m, Un::Sqrt, v)?;
+    let mg = mean_last(m, g.clone())?;
+    let gy = mul(m, g.clone(), y.clone())?;
+    let mgy = mean_last(m, gy)?;
+    let centred = m.prim2(Prim::Sub, g, mg)?;
+    let ymgy = mul(m, y.clone(), mgy)?;
+    let d = m.prim2(Prim::Sub, centred, ymgy)?;
+    m.prim2(Prim::Div, d, sd)
+}
+
+/// The fault of a rule asked of an operation that is never differentiated (it is only made
+/// where nothing is).
+fn not_differentiated(op: &TOp) -> crate::runtime::Fault {
+    crate::runtime::Fault::internal(format!("`{}` was differentiated", op.name()))
+}
+
 /// Sums over the last axis, keeping it (for the softmax rules).
 fn sum_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
     let mut shape = ad::shape_of(&v);
@@ -293,6 +329,8 @@ pub fn vjp<H: Host>(
         }
         TOp::Row(i) => vec![Some(call(m, TOp::ScatterRow(*i, s0), vec![g])?)],
         TOp::ScatterRow(i, _) => vec![Some(call(m, TOp::Row(*i), vec![g])?)],
+        TOp::Normalize(eps) => vec![Some(normalize_adjoint(m, *eps, &xs[0], y, g)?)],
+        TOp::NormalizeGrad(_) => return Err(not_differentiated(op)),
         TOp::Softmax => {
             let gy = mul(m, g.clone(), y.clone())?;
             let s = sum_last_keep(m, gy)?;
@@ -487,6 +525,12 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
                 .collect::<FResult<Vec<_>>>()?;
             call(m, op.clone(), parts)
         }
+        // The Jacobian is symmetric: the tangent map is the adjoint map.
+        TOp::Normalize(eps) => match &ts[0] {
+            Some(t) => normalize_adjoint(m, *eps, &xs[0], y, t.clone()),
+            None => Ok(Value::Float(0.0)),
+        },
+        TOp::NormalizeGrad(_) => Err(not_differentiated(op)),
         TOp::Max | TOp::Logsumexp | TOp::Softmax | TOp::LogSoftmax => {
             // Contract the tangent with the reverse rule's weights: exact for these ops.
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };

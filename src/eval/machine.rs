@@ -1427,6 +1427,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::MaxAxis
             | B::MinAxis
             | B::Cumsum
+            | B::Normalize
             | B::SoftmaxAxis
             | B::LogSoftmaxAxis
             | B::ExpandDims

@@ -255,6 +255,12 @@ pub enum TOp {
     ScatterRow(usize, Vec<usize>),
     Softmax,
     LogSoftmax,
+    /// Each vector along the last axis normalised: (x - mean) / sqrt(var + eps), with the
+    /// population variance (layer norm without its gain and bias), eps the parameter.
+    Normalize(f64),
+    /// (x, g): the adjoint of `Normalize(eps)` at x for the result's adjoint g, in one pass
+    /// per row (the reverse rule's fast path; its Jacobian is symmetric, so also the tangent).
+    NormalizeGrad(f64),
     Concat(usize),
     Slice(usize, usize, usize),
     /// Zero padding around a slice (the adjoint of `Slice`): axis, offset, full shape.
@@ -325,6 +331,8 @@ impl TOp {
             TOp::Row(_) => "row",
             TOp::Softmax => "softmax",
             TOp::LogSoftmax => "log_softmax",
+            TOp::Normalize(_) => "normalize",
+            TOp::NormalizeGrad(_) => "normalize_grad",
             TOp::Concat(_) => "concat",
             TOp::Slice(..) => "slice",
             TOp::Conv2d(c) if *c == Conv::VALID => "conv2d",
@@ -528,6 +536,16 @@ impl TOp {
             TOp::Softmax | TOp::LogSoftmax => {
                 if s0()?.is_empty() {
                     return Err(TensorError::new("softmax of a scalar tensor (it needs at least one axis)"));
+                }
+            }
+            TOp::Normalize(_) | TOp::NormalizeGrad(_) => {
+                if s0()?.last().is_none_or(|&n| n == 0) {
+                    return Err(TensorError::new(
+                        "normalize needs a tensor with at least one axis, the last one not empty",
+                    ));
+                }
+                if matches!(self, TOp::NormalizeGrad(_)) && operands.get(1).map(|g| g.dims()) != Some(s0()?) {
+                    return Err(TensorError::internal("normalize_grad of operands of two shapes"));
                 }
             }
             TOp::Concat(axis) => {

@@ -44,6 +44,9 @@ pub trait Backend: Sized {
     fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self>;
     /// Softmax (or, with `log`, log-softmax) over the last axis.
     fn softmax(&self, log: bool) -> TResult<Self>;
+    /// Each vector along the last axis to mean 0 and variance 1, (x - mean) / sqrt(var + eps);
+    /// with `Some(g)`, the adjoint of that at `self` for the result's adjoint g instead.
+    fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self>;
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self>;
     fn slice(&self, axis: usize, lo: usize, hi: usize) -> TResult<Self>;
     fn unslice(&self, axis: usize, lo: usize, shape: &[usize]) -> TResult<Self>;
@@ -315,6 +318,8 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::ScatterRow(i, shape) => t(x.scatter_row(*i, shape)?),
         TOp::Softmax => t(x.softmax(false)?),
         TOp::LogSoftmax => t(x.softmax(true)?),
+        TOp::Normalize(eps) => t(x.normalize(None, *eps)?),
+        TOp::NormalizeGrad(eps) => t(x.normalize(Some(arg(1)?), *eps)?),
         TOp::Concat(axis) => t(B::concat(&(0..args.len()).map(arg).collect::<TResult<Vec<_>>>()?, *axis)?),
         TOp::Slice(axis, lo, hi) => t(x.slice(*axis, *lo, *hi)?),
         TOp::Unslice(axis, lo, shape) => t(x.unslice(*axis, *lo, shape)?),

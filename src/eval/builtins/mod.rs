@@ -153,6 +153,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         | B::ArgmaxAxis
         | B::ArgminAxis
         | B::Cumsum
+        | B::Normalize
         | B::SoftmaxAxis
         | B::LogSoftmaxAxis
         | B::Var

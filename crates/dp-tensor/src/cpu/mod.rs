@@ -11,6 +11,7 @@ pub mod fused;
 pub mod gather;
 pub mod gemm;
 pub mod layout;
+mod norm;
 pub(crate) mod simd;
 pub mod subnormals;
 pub mod vmath;
@@ -153,6 +154,9 @@ impl<T: Real> Backend for ArrayD<T> {
         let e = (self - &max).mapv(T::exp);
         let s = e.sum_axis(ax).insert_axis(ax);
         Ok(e / s)
+    }
+    fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self> {
+        norm::normalize(self, g, eps)
     }
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
         layout::concat(parts, axis)

@@ -70,6 +70,9 @@ impl Backend for GpuTensor {
     fn softmax(&self, log: bool) -> TResult<Self> {
         k::softmax(self, log)
     }
+    fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self> {
+        normalize(self, g, eps)
+    }
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
         let mut shape = parts.first().ok_or_else(|| TensorError::internal("concat of nothing"))?.shape.clone();
         shape[axis] = parts.iter().map(|t| t.shape[axis]).sum();
@@ -126,6 +129,30 @@ pub fn argmax_axis(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
     )?;
     let first = k::reduce_axis(&k::binary(Bin::Mul, &at_top, &ranks)?, axis, Fold::Max, 1.0)?;
     k::binary_scalar(Bin::Sub, &first, n as f32, true)
+}
+
+/// `Normalize` and `NormalizeGrad` from the GPU's kernels: the per-row mean and reciprocal
+/// standard deviation by reductions over the last axis, the rest elementwise with those
+/// broadcast along it (a handful of dispatches: layer norm is a small part of a GPU step).
+fn normalize(x: &GpuTensor, g: Option<&GpuTensor>, eps: f64) -> TResult<GpuTensor> {
+    let last = x.shape.len().checked_sub(1).ok_or_else(|| TensorError::internal("normalize of a scalar"))?;
+    let mut kept = x.shape.clone();
+    kept[last] = 1;
+    let scale = 1.0 / x.shape[last].max(1) as f32;
+    let mean_kept =
+        |t: &GpuTensor| -> TResult<GpuTensor> { Ok(k::reduce_axis(t, last, Fold::Sum, scale)?.reshaped(kept.clone())) };
+    let c = k::binary(Bin::Sub, x, &mean_kept(x)?)?;
+    let var = mean_kept(&k::binary(Bin::Mul, &c, &c)?)?;
+    let sd = unary(Un::Sqrt, &k::binary_scalar(Bin::Add, &var, eps as f32, false)?)?;
+    let rstd = k::binary_scalar(Bin::Div, &sd, 1.0, true)?;
+    let y = k::binary(Bin::Mul, &c, &rstd)?;
+    let Some(g) = g else { return Ok(y) };
+    // rstd · (g − mean g − y · mean (g y))
+    let mg = mean_kept(g)?;
+    let mgy = mean_kept(&k::binary(Bin::Mul, g, &y)?)?;
+    let centred = k::binary(Bin::Sub, g, &mg)?;
+    let d = k::binary(Bin::Sub, &centred, &k::binary(Bin::Mul, &y, &mgy)?)?;
+    k::binary(Bin::Mul, &d, &rstd)
 }
 
 /// A math function on a GPU tensor.
