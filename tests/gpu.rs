@@ -292,6 +292,8 @@ fn gpu_reductions_and_softmax() {
         Case { name: "log_softmax long rows", tol: R, code: "let () = pt (log_softmax (long * 10.0))" },
         Case { name: "softmax vector", tol: R, code: "let () = pt (softmax rv)" },
         Case { name: "softmax rank 3", tol: R, code: "let () = pt (softmax x3)" },
+        Case { name: "normalize", tol: R, code: "let () = pt (normalize 1e-5 x)" },
+        Case { name: "normalize rank 3", tol: R, code: "let () = pt (normalize 0.1 x3)" },
         Case { name: "item", tol: R, code: "let () = pf (item (tensor [[2.5]]) + item (slice v53 0 7 8))" },
         Case { name: "argmax", tol: R, code: "let () = println (show (argmax x))" },
     ]);
@@ -401,6 +403,8 @@ fn gpu_gradients_of_every_rule() {
         Case { name: "d mean_axis", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (mean_axis a 1 * sum_axis cv 1)) x)" },
         Case { name: "d softmax", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (softmax a * y)) x)" },
         Case { name: "d log_softmax", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (log_softmax a * y)) x)" },
+        Case { name: "d normalize", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (normalize 1e-5 a * y)) x)" },
+        Case { name: "d layer_norm", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (nn.layer_norm { g = randn 5 [53], b = randn 6 [53] } a * y)) x)" },
         Case { name: "d reshape", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (reshape a [53, 37] * transpose y)) x)" },
         Case { name: "d transpose", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (transpose a * transpose y)) x)" },
         Case { name: "d row", tol: R, code: "let () = pt (grad (fun (a : Tensor) -> sum (row a 4 * rv) + sum (row a 4)) x)" },

@@ -827,3 +827,36 @@ fn generated_tensor_programs_staged_are_the_machines_to_the_bit() {
         }
     }
 }
+
+/// `normalize` (layer norm's core) under every handler: staged forward and gradient are the
+/// machine's to the last digit (the one-pass adjoint in both), `vmap` over rows is the
+/// operation on the matrix, a batch of gradients is the stack of gradients, and the second
+/// derivative (through the differentiable form of its rule) is the one-pass gradient's
+/// directional derivative by finite differences in float64.
+#[test]
+fn normalize_under_every_handler() {
+    let src = "let x = astype \"float64\" (randn 1 [6, 9])\n\
+               let w = astype \"float64\" (randn 2 [6, 9])\n\
+               let f a = sum (normalize 1e-5 a * w)\n\
+               let () = println (show (to_list (grad f x)))\n\
+               let () = println (show (to_list (jit (grad f) x)))\n\
+               let () = println (show (to_list (normalize 1e-5 x)))\n\
+               let () = println (show (to_list (vmap (fun r -> normalize 1e-5 r) x)))\n\
+               let () = println (show (to_list (vmap (fun (a, b) -> grad (fun r -> sum (normalize 0.5 r * b)) a) (x, w))))\n\
+               let () = println (show (to_list (stack 0 (map (fun i -> grad (fun r -> sum (normalize 0.5 r * row w i)) (row x i)) (range 0 6)))))\n\
+               let v = astype \"float64\" (randn 3 [6, 9])\n\
+               let h a = sum (grad f a * v)\n\
+               let d = sum (grad h x * v)\n\
+               let e = 1e-5\n\
+               let fd = (h (x + v * e) - h (x - v * e)) / (2.0 * e)\n\
+               let () = println (abs (d - fd) < 1e-6 * (abs fd + 1.0))\n";
+    let out = run_ok(src);
+    assert_eq!(out.len(), 7, "{out:#?}");
+    assert_eq!(out[0], out[1], "staged gradient");
+    assert_eq!(numbers(&out[2]).len(), 54);
+    let (a, b) = (numbers(&out[2]), numbers(&out[3]));
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-12), "vmap over rows");
+    let (a, b) = (numbers(&out[4]), numbers(&out[5]));
+    assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-12), "a batch of gradients");
+    assert_eq!(out[6], "true", "second derivative against finite differences");
+}

@@ -41,7 +41,11 @@ def helpers(np):
         from jax.scipy.special import erf
     def gelu(x):
         return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
-    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis, erf=erf, gelu=gelu)
+    def normalize(x, eps):
+        c = x - np.mean(x, axis=-1, keepdims=True)
+        return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps)
+    return dict(np=np, softmax_axis=softmax_axis, log_softmax_axis=log_softmax_axis, erf=erf, gelu=gelu,
+                normalize=normalize)
 np = numpy
 x = np.array([[0.5, -1.25, 2.0], [1.75, -0.25, 3.0]])
 y = np.array([1.0, -0.5, 2.5])
@@ -95,6 +99,9 @@ const VALUES: &[(&str, &str)] = &[
     ("softmax_axis (x * 300.0) 1", "softmax_axis(x * 300, 1)"),
     ("log_softmax_axis (x * 300.0) 0", "log_softmax_axis(x * 300, 0)"),
     ("log_softmax_axis x (-1)", "log_softmax_axis(x, -1)"),
+    ("normalize 1e-5 x", "normalize(x, 1e-5)"),
+    ("normalize 0.5 (x * 300.0)", "normalize(x * 300, 0.5)"),
+    ("normalize 1e-5 (reshape x [3, 2])", "normalize(x.reshape(3, 2), 1e-5)"),
     ("tensor [var x, var (tensor [1.0, 2.0, 4.0])]", "[np.var(x), np.var(np.float32([1, 2, 4]))]"),
     ("tensor [sum i, mean i, max i, sum b, mean b]", "[np.sum(i), np.mean(i), np.max(i), np.sum(b), np.mean(b)]"),
     ("expand_dims x 1", "np.expand_dims(x, 1)"),
@@ -148,6 +155,8 @@ const GRADS: &[(&str, &str)] = &[
     ("softmax_axis x 0", "softmax_axis(x, 0)"),
     ("log_softmax_axis (x * x) 1", "log_softmax_axis(x * x, 1)"),
     ("log_softmax_axis x 0", "log_softmax_axis(x, 0)"),
+    ("normalize 1e-5 x * y", "normalize(x, 1e-5) * y"),
+    ("normalize 0.1 (x * x) * x", "normalize(x * x, 0.1) * x"),
     ("z + var (x * x)", "z + np.var(x * x)"),
     ("z + min (x * x)", "z + np.min(x * x)"),
     ("expand_dims x 1 * 2.0", "np.expand_dims(x, 1) * 2.0"),

@@ -69,7 +69,7 @@
     "tree_mul" "tree_div" "tree_scale" "tree_add_scalar" "tree_sqrt" "tree_clip" "tree_zeros" "tree_sum_squares"
     "progress_start" "progress_tick" "progress_finish" "plot"
     "less" "less_equal" "greater" "greater_equal" "equal" "not_equal" "logical_and" "logical_or" "logical_not" "where" "clip" "any" "all" "max_of" "min_of" "min" "argmin"
-    "max_axis" "min_axis" "argmax_axis" "argmin_axis" "cumsum" "softmax_axis" "log_softmax_axis" "var" "expand_dims" "squeeze" "stack" "broadcast_to" "ravel" "gather" "get"
+    "max_axis" "min_axis" "argmax_axis" "argmin_axis" "cumsum" "normalize" "softmax_axis" "log_softmax_axis" "var" "expand_dims" "squeeze" "stack" "broadcast_to" "ravel" "gather" "get"
     "einsum" "conv2d_with" "avg_pool2d")
   "The built-in values of dp (BUILTINS in src/syntax/keywords.rs).")
 

@@ -159,6 +159,7 @@ pub const BUILTINS: &[&str] = &[
     "argmax_axis",
     "argmin_axis",
     "cumsum",
+    "normalize",
     "softmax_axis",
     "log_softmax_axis",
     "var",

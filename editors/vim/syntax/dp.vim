@@ -33,7 +33,7 @@ syn keyword dpBuiltin tensor zeros ones full arange randn uniform key split_key 
 syn keyword dpBuiltin reshape transpose concat slice row onehot sum mean max sum_axis
 syn keyword dpBuiltin mean_axis argmax softmax log_softmax logsumexp item to_list to_device dtype astype conv2d max_pool2d
 syn keyword dpBuiltin less less_equal greater greater_equal equal not_equal logical_and logical_or logical_not where clip any all max_of min_of min argmin
-syn keyword dpBuiltin max_axis min_axis argmax_axis argmin_axis cumsum softmax_axis log_softmax_axis var expand_dims squeeze stack broadcast_to ravel gather get
+syn keyword dpBuiltin max_axis min_axis argmax_axis argmin_axis cumsum normalize softmax_axis log_softmax_axis var expand_dims squeeze stack broadcast_to ravel gather get
 syn keyword dpBuiltin einsum conv2d_with avg_pool2d
 syn keyword dpBuiltin tree_add tree_sub tree_mul tree_div tree_scale tree_add_scalar tree_sqrt tree_clip tree_zeros tree_sum_squares
 syn keyword dpBuiltin progress_start progress_tick progress_finish plot
