@@ -787,7 +787,7 @@ fn tensor_expression(rng: &mut crate::gen::rng::Rng, depth: u32, rows: usize) ->
 #[test]
 fn generated_tensor_programs_staged_are_the_machines_to_the_bit() {
     // DP_TEST_SEED=n tries other programs.
-    let seed = std::env::var("DP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_17);
+    let seed = std::env::var("DP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed17);
     let mut rng = crate::gen::rng::Rng::new(seed);
     let (rows, cols) = (96, 130);
     let mut bodies = Vec::new();

@@ -59,12 +59,12 @@ fn fold2<T: Real>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (xs, ys) in ca.zip(cb) {
         for ((s, &x), &y) in acc.iter_mut().zip(xs).zip(ys) {
-            *s = *s + f(x, y);
+            *s += f(x, y);
         }
     }
     let mut s = ra.iter().zip(rb).fold(T::zero(), |s, (&x, &y)| s + f(x, y));
     for a in acc {
-        s = s + a;
+        s += a;
     }
     s
 }
