@@ -118,28 +118,45 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
 /// a staged one) that is the one-pass `NormalizeGrad`; otherwise the same formula from
 /// differentiable operations, so higher orders and batches follow.
 fn normalize_adjoint<H: Host>(m: &mut H, eps: f64, x: &Value, y: &Value, g: Value) -> FResult<Value> {
+    // (A plain tensor or a traced one carries no perturbation.)
     let plain = |v: &Value| matches!(v, Value::Tensor(_) | Value::Staged(_));
-    if plain(x) && plain(&g) && !is_ad(x) && !is_ad(&g) {
+    if plain(x) && plain(&g) {
         return call(m, TOp::NormalizeGrad(eps), vec![x.clone(), g]);
     }
-    let n = ad::shape_of(x).last().copied().unwrap_or(1).max(1) as f64;
-    let mean_last = |m: &mut H, v: Value| -> FResult<Value> {
-        let s = sum_last_keep(m, v)?;
-        m.prim2(Prim::Div, s, Value::Float(n))
-    };
-    let mu = mean_last(m, x.clone())?;
-    let c = m.prim2(Prim::Sub, x.clone(), mu)?;
-    let cc = mul(m, c.clone(), c)?;
-    let var = mean_last(m, cc)?;
-    let v = m.prim2(Prim::Add, var, Value::Float(eps))?;
-    let sd = ad::apply_un(m, Un::Sqrt, v)?;
-    let mg = mean_last(m, g.clone())?;
+    let (_, sd) = centred_and_sd(m, x, Value::Float(eps))?;
+    let mg = mean_last_keep(m, g.clone())?;
     let gy = mul(m, g.clone(), y.clone())?;
-    let mgy = mean_last(m, gy)?;
+    let mgy = mean_last_keep(m, gy)?;
     let centred = m.prim2(Prim::Sub, g, mg)?;
     let ymgy = mul(m, y.clone(), mgy)?;
     let d = m.prim2(Prim::Sub, centred, ymgy)?;
     m.prim2(Prim::Div, d, sd)
+}
+
+/// `normalize`'s definition from differentiable operations, for an `eps` that is itself
+/// differentiated or traced: (x − mean x) / sd along the last axis.
+pub fn normalize_formula<H: Host>(m: &mut H, x: &Value, eps: Value) -> FResult<Value> {
+    let (c, sd) = centred_and_sd(m, x, eps)?;
+    m.prim2(Prim::Div, c, sd)
+}
+
+/// x − mean x and √(var x + eps) along the last axis (kept, of length 1), from differentiable
+/// operations: `normalize`'s formula and its rule's.
+fn centred_and_sd<H: Host>(m: &mut H, x: &Value, eps: Value) -> FResult<(Value, Value)> {
+    let mu = mean_last_keep(m, x.clone())?;
+    let c = m.prim2(Prim::Sub, x.clone(), mu)?;
+    let cc = mul(m, c.clone(), c.clone())?;
+    let var = mean_last_keep(m, cc)?;
+    let v = m.prim2(Prim::Add, var, eps)?;
+    let sd = ad::apply_un(m, Un::Sqrt, v)?;
+    Ok((c, sd))
+}
+
+/// The mean over the last axis, keeping it.
+fn mean_last_keep<H: Host>(m: &mut H, v: Value) -> FResult<Value> {
+    let n = ad::shape_of(&v).last().copied().unwrap_or(1).max(1) as f64;
+    let s = sum_last_keep(m, v)?;
+    m.prim2(Prim::Div, s, Value::Float(n))
 }
 
 /// The fault of a rule asked of an operation that is never differentiated (it is only made

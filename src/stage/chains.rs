@@ -130,8 +130,8 @@ fn into_reductions(p: &mut Program, uses: &[u32], steps: &[bool], inside: &[bool
         let &[a] = &args[..] else { continue };
         let a = a as usize;
         let Kind::Tensor(DType::F32 | DType::F64, shape) = &p.kinds[a] else { continue };
-        let Some(reduce) = crate::tensor::chain::Reduce::of(t, shape) else { continue };
-        if uses[a] != 1 || shape.iter().product::<usize>() == 0 {
+        if crate::tensor::chain::Reduce::of(t, shape).is_none() || uses[a] != 1 || shape.iter().product::<usize>() == 0
+        {
             continue;
         }
         let (chain, operands) = match &p.nodes[a] {
@@ -145,7 +145,7 @@ fn into_reductions(p: &mut Program, uses: &[u32], steps: &[bool], inside: &[bool
             }
             _ => continue,
         };
-        let reduced = Chained { chain, shape: shape.to_vec(), reduce: Some(((**t).clone(), reduce)) };
+        let reduced = Chained { chain, shape: shape.to_vec(), reduce: Some((**t).clone()) };
         p.nodes[r] = Node::Apply(Op::Chain(Rc::new(reduced)), operands);
         changed = true;
     }

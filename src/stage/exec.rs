@@ -95,13 +95,16 @@ fn chain(c: &Chained, args: Vec<Value>) -> FResult<Value> {
             other => return Err(Fault::internal(format!("a chain's operand is {}", other.type_name()))),
         });
     }
-    if let Some((op, reduce)) = &c.reduce {
+    if let Some(op) = &c.reduce {
         // Reduced as it goes where the device has such a pass; else the chain, then the
         // reduction of its result.
-        let operands = match fused::run_reduced(&c.chain, &c.shape, *reduce, operands) {
-            Ok(Out::Float(x)) => return Ok(Value::Float(x)),
-            Ok(Out::Tensor(t)) => return Ok(tensor::wrap(t)),
-            Err(operands) => operands,
+        let operands = match fused::Reduce::of(op, &c.shape) {
+            Some(reduce) => match fused::run_reduced(&c.chain, &c.shape, reduce, operands) {
+                Ok(Out::Float(x)) => return Ok(Value::Float(x)),
+                Ok(Out::Tensor(t)) => return Ok(tensor::wrap(t)),
+                Err(operands) => operands,
+            },
+            None => operands,
         };
         let elements = run_chain(c, operands)?;
         return tensor::forward(op, &[elements]);

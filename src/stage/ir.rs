@@ -4,7 +4,7 @@
 
 use crate::core::Prim;
 use crate::runtime::value::Value;
-use crate::tensor::chain::{Arg, Chain, Reduce};
+use crate::tensor::chain::{Arg, Chain};
 use crate::tensor::{fmt_shape, DType, TOp, Un};
 use std::fmt;
 use std::rc::Rc;
@@ -38,8 +38,8 @@ pub struct Chained {
     pub shape: Vec<usize>,
     /// The reduction that takes the chain's elements (the node's result is then the
     /// reduction's: a Float or a smaller tensor), computed as the chain goes, so the chain's
-    /// elements are never stored: the operation, and how it reduces.
-    pub reduce: Option<(TOp, Reduce)>,
+    /// elements are never stored (one that `Reduce::of` takes, on `shape`).
+    pub reduce: Option<TOp>,
 }
 
 /// A node's operands. Nearly every node has one or two, so up to four are held in the node
@@ -237,7 +237,7 @@ impl fmt::Display for Op {
                     .collect();
                 write!(f, "chain[{}]", steps.join("; "))?;
                 match &c.reduce {
-                    Some((op, _)) => write!(f, " into {}", op.name()),
+                    Some(op) => write!(f, " into {}", op.name()),
                     None => Ok(()),
                 }
             }

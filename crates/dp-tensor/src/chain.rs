@@ -149,9 +149,9 @@ impl Reduce {
                 Some(Reduce::Axis { axis: 0, mean: false, keep: false })
             }
             TOp::SumTo(to) if shape.len() == to.len() => {
-                let differ: Vec<usize> = (0..to.len()).filter(|&i| shape[i] != to[i]).collect();
-                match differ[..] {
-                    [axis] if to[axis] == 1 => Some(Reduce::Axis { axis, mean: false, keep: true }),
+                let mut differ = (0..to.len()).filter(|&i| shape[i] != to[i]);
+                match (differ.next(), differ.next()) {
+                    (Some(axis), None) if to[axis] == 1 => Some(Reduce::Axis { axis, mean: false, keep: true }),
                     _ => None,
                 }
             }

@@ -261,20 +261,12 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
             match eps {
                 Value::Float(eps) => ad::tensor::call(m, TOp::Normalize(eps), vec![t])?,
                 eps => {
-                    let last = ad::shape_of(&t).len().checked_sub(1).ok_or_else(|| {
-                        Fault::new("normalize needs a tensor with at least one axis, the last one not empty")
-                    })?;
-                    let mean_kept = |m: &mut _, v: Value| -> FResult<Value> {
-                        let s = ad::tensor::call(m, TOp::MeanAxis(last), vec![v])?;
-                        ad::tensor::call(m, TOp::Reshape(kept_shape(&ad::shape_of(&t), last)), vec![s])
-                    };
-                    let mu = mean_kept(m, t.clone())?;
-                    let c = m.prim2(Prim::Sub, t.clone(), mu)?;
-                    let cc = m.prim2(Prim::Mul, c.clone(), c.clone())?;
-                    let var = mean_kept(m, cc)?;
-                    let v = m.prim2(Prim::Add, var, eps)?;
-                    let sd = ad::apply_un(m, Un::Sqrt, v)?;
-                    m.prim2(Prim::Div, c, sd)?
+                    if ad::shape_of(&t).last().is_none_or(|&n| n == 0) {
+                        return Err(Fault::new(
+                            "normalize needs a tensor with at least one axis, the last one not empty",
+                        ));
+                    }
+                    ad::tensor::normalize_formula(m, &t, eps)?
                 }
             }
         }
@@ -340,11 +332,4 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         other => return Err(Fault::internal(format!("{other:?} is not a tensor operation builtin"))),
     })
-}
-
-/// `shape` with axis `axis` of length 1.
-fn kept_shape(shape: &[usize], axis: usize) -> Vec<usize> {
-    let mut s = shape.to_vec();
-    s[axis] = 1;
-    s
 }

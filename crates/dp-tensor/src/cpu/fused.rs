@@ -22,16 +22,20 @@ use std::rc::Rc;
 /// operands back, for the caller to compute the steps one by one. The result is written over
 /// an operand's buffer when nothing else holds it.
 pub(crate) fn run(chain: &Chain, shape: &[usize], operands: Vec<Operand>) -> Result<Tensor, Vec<Operand>> {
-    let dtype = operands.iter().find_map(|o| match o {
-        Operand::Tensor(t) => Some(t.dtype()),
-        Operand::Float(_) => None,
-    });
-    match dtype {
+    match tensor_dtype(&operands) {
         _ if operands.len() != chain.operands() || shape.is_empty() => Err(operands),
         Some(crate::DType::F32) => run_real::<f32>(chain, shape, operands),
         Some(crate::DType::F64) => run_real::<f64>(chain, shape, operands),
         _ => Err(operands),
     }
+}
+
+/// The dtype of the first tensor among a chain's operands (the passes take one float dtype).
+fn tensor_dtype(operands: &[Operand]) -> Option<crate::DType> {
+    operands.iter().find_map(|o| match o {
+        Operand::Tensor(t) => Some(t.dtype()),
+        Operand::Float(_) => None,
+    })
 }
 
 /// An operand as the loops read it.
@@ -159,12 +163,8 @@ pub(crate) fn run_reduced(
     reduce: Reduce,
     operands: Vec<Operand>,
 ) -> Result<Out, Vec<Operand>> {
-    let dtype = operands.iter().find_map(|o| match o {
-        Operand::Tensor(t) => Some(t.dtype()),
-        Operand::Float(_) => None,
-    });
     let n: usize = shape.iter().product();
-    match dtype {
+    match tensor_dtype(&operands) {
         _ if operands.len() != chain.operands() || n == 0 || !reduce.fits(shape) => Err(operands),
         Some(crate::DType::F32) => reduced_real::<f32>(chain, shape, reduce, operands),
         Some(crate::DType::F64) => reduced_real::<f64>(chain, shape, reduce, operands),
@@ -189,17 +189,9 @@ fn reduced_real<T: Real>(
             Out::Float(if mean { s / n as f64 } else { s })
         }
         Reduce::Axis { axis, mean, keep } => {
-            let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
-            let m = shape[axis];
-            let mut sums = if inner > 1 {
-                simd::sum_middle(&source, outer, m, inner, cost)
-            } else {
-                simd::sum_lanes(&source, outer, m, cost)
-            };
+            let mut sums = super::sums_over(&source, shape, axis, cost);
             if mean {
-                // As `sum_axis`'s mean: the sums divided by the axis's length, in T.
-                let d = T::of_f64(m.max(1) as f64);
-                sums.iter_mut().for_each(|x| *x = *x / d);
+                super::into_means(&mut sums, shape[axis]);
             }
             let mut dims = shape.to_vec();
             if keep {

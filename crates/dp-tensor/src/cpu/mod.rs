@@ -26,17 +26,36 @@ use ndarray::{ArrayD, ArrayViewD, Axis, CowArray, IxDyn};
 /// axis with elements after it, lane by lane (`simd::sum_lanes`) for an innermost one;
 /// ndarray's own otherwise.
 fn sum_over<T: Real>(a: ArrayViewD<T>, axis: usize) -> ArrayD<T> {
-    let shape = a.shape();
-    let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
-    let cost = elementwise::ARITHMETIC_COST;
-    let out = match a.as_slice() {
-        Some(data) if inner > 1 => simd::sum_middle(data, outer, shape[axis], inner, cost),
-        Some(data) => simd::sum_lanes(data, outer, shape[axis], cost),
-        None => return a.sum_axis(Axis(axis)),
-    };
-    let mut dims = shape.to_vec();
+    let Some(data) = a.as_slice() else { return a.sum_axis(Axis(axis)) };
+    let out = sums_over(data, a.shape(), axis, elementwise::ARITHMETIC_COST);
+    let mut dims = a.shape().to_vec();
     dims.remove(axis);
     ArrayD::from_shape_vec(IxDyn(&dims), out).unwrap_or_else(|_| a.sum_axis(Axis(axis)))
+}
+
+/// The sums over `axis` of the row-major elements of `shape` that `a` reads (a buffer, or a
+/// staged chain computing them: `fused::run_reduced`), row-major with that axis removed:
+/// `simd::sum_middle` for an axis with elements after it, `simd::sum_lanes` for the innermost.
+/// `cost_each` is an element's work, for the pool.
+pub(crate) fn sums_over<T: Real, S: simd::Source<T> + ?Sized>(
+    a: &S,
+    shape: &[usize],
+    axis: usize,
+    cost_each: f64,
+) -> Vec<T> {
+    let (outer, inner): (usize, usize) = (shape[..axis].iter().product(), shape[axis + 1..].iter().product());
+    if inner > 1 {
+        simd::sum_middle(a, outer, shape[axis], inner, cost_each)
+    } else {
+        simd::sum_lanes(a, outer, shape[axis], cost_each)
+    }
+}
+
+/// Sums over an axis of length `len` made means (`mean_axis`): each divided by the length, in
+/// T (an empty axis divides by 1).
+pub(crate) fn into_means<T: Real>(sums: &mut [T], len: usize) {
+    let d = T::of_f64(len.max(1) as f64);
+    sums.iter_mut().for_each(|x| *x = *x / d);
 }
 
 /// The CPU backend, once for both floating dtypes.
@@ -83,8 +102,14 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(self.iter().next().map_or(0.0, |x| x.to_f64().unwrap_or(f64::NAN)))
     }
     fn sum_axis(&self, axis: usize, mean: bool) -> TResult<Self> {
-        let s = sum_over(self.view(), axis);
-        Ok(if mean { s / T::of_f64(self.shape()[axis].max(1) as f64) } else { s })
+        let mut s = sum_over(self.view(), axis);
+        if mean {
+            let sums = s
+                .as_slice_memory_order_mut()
+                .ok_or_else(|| TensorError::internal("a sum over an axis is not contiguous"))?;
+            into_means(sums, self.shape()[axis]);
+        }
+        Ok(s)
     }
     fn sum_to(&self, shape: &[usize]) -> TResult<Self> {
         if self.shape() == shape {

@@ -595,7 +595,6 @@ pub(crate) mod tests {
         pub(crate) static FORCED: Cell<Option<Level>> = const { Cell::new(None) };
     }
 
-    /// `f`'s result at every set the CPU has, the baseline first.
     #[test]
     fn float64_sums_in_blocks_and_lanes_are_the_fold_to_rounding_and_the_same_on_any_pool() {
         for n in [0, 1, 7, 8, 9, PIECE - 1, PIECE, 3 * PIECE + 5, 100_000] {
@@ -613,6 +612,7 @@ pub(crate) mod tests {
         assert!(sum_f64(&[1.0f32, f32::NAN]).is_nan());
     }
 
+    /// `f`'s result at every set the CPU has, the baseline first.
     pub(crate) fn at_every_level<R>(f: impl Fn() -> R) -> Vec<R> {
         [Level::Base, Level::Avx2, Level::Avx512]
             .into_iter()

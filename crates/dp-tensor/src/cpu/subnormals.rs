@@ -3,10 +3,10 @@
 //! `torch.set_flush_denormal(True)` asks for.
 //!
 //! Why offer it: on many x86 cores an operation with a subnormal operand or result leaves the
-//! fast path for a microcode assist (~100 cycles on Intel). A loop whose adjoint decays
+//! fast path for a microcode assist. A loop whose adjoint decays
 //! geometrically (W1's `acc * 0.99`, whose reverse pass multiplies by 0.99 100,000 times) sits
 //! on the smallest subnormal for its last quarter — 0.99 × 5e-324 rounds back to 5e-324 — and
-//! runs twice as slowly as the same loop flushing it to zero. Why not by default: flushing
+//! runs 3.3× as slowly as the same loop flushing it to zero (bench/w1/jit.sh, Intel Xeon). Why not by default: flushing
 //! changes results (every value below 2.2e-308 in float64, 1.2e-38 in float32, becomes ±0,
 //! on input and output), and dp's numbers are otherwise those of IEEE arithmetic everywhere.
 //!
@@ -30,16 +30,12 @@ pub fn apply_to_this_thread() {
     }
 }
 
-/// Whether this thread flushes subnormals now (false where the mode is not supported).
-pub fn flushing() -> bool {
-    get_flush()
-}
-
 #[cfg(target_arch = "x86_64")]
 const MXCSR_FTZ_DAZ: u32 = (1 << 15) | (1 << 6);
 
+/// Whether this thread flushes subnormals now.
 #[cfg(target_arch = "x86_64")]
-fn get_flush() -> bool {
+pub fn flushing() -> bool {
     let mut csr: u32 = 0;
     // SAFETY: stmxcsr writes the 4-byte control register to the local it is given.
     unsafe { std::arch::asm!("stmxcsr [{}]", in(reg) &mut csr, options(nostack, preserves_flags)) };
@@ -61,8 +57,9 @@ fn set_flush(on: bool) {
 #[cfg(target_arch = "aarch64")]
 const FPCR_FZ: u64 = 1 << 24;
 
+/// Whether this thread flushes subnormals now.
 #[cfg(target_arch = "aarch64")]
-fn get_flush() -> bool {
+pub fn flushing() -> bool {
     let fpcr: u64;
     // SAFETY: reading FPCR has no side effects.
     unsafe { std::arch::asm!("mrs {}, fpcr", out(reg) fpcr, options(nomem, nostack, preserves_flags)) };
@@ -80,8 +77,9 @@ fn set_flush(on: bool) {
     }
 }
 
+/// Whether this thread flushes subnormals now: never, without the mode.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn get_flush() -> bool {
+pub fn flushing() -> bool {
     false
 }
 
