@@ -112,14 +112,38 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
     }
 }
 
+/// Whether a value carries no perturbation (a plain tensor, or a traced one): the one-pass
+/// adjoint operations (`NormalizeGrad`, `SoftmaxGrad`), which have no derivatives of their
+/// own, may compute with it.
+fn plain(v: &Value) -> bool {
+    matches!(v, Value::Tensor(_) | Value::Staged(_))
+}
+
+/// The adjoint of softmax (`log` false: y · (g − Σ g y)) or log-softmax (g − exp y · Σ g)
+/// whose result is y, for g, the sums along the last axis: the one-pass `SoftmaxGrad` when
+/// nothing is differentiated through it, else the formula from differentiable operations.
+fn softmax_adjoint<H: Host>(m: &mut H, log: bool, y: &Value, g: Value) -> FResult<Value> {
+    if plain(y) && plain(&g) {
+        return call(m, TOp::SoftmaxGrad { log }, vec![y.clone(), g]);
+    }
+    if log {
+        let p = ad::apply_un(m, Un::Exp, y.clone())?;
+        let s = sum_last_keep(m, g.clone())?;
+        let ps = mul(m, p, s)?;
+        return m.prim2(Prim::Sub, g, ps);
+    }
+    let gy = mul(m, g.clone(), y.clone())?;
+    let s = sum_last_keep(m, gy)?;
+    let d = m.prim2(Prim::Sub, g, s)?;
+    mul(m, y.clone(), d)
+}
+
 /// The adjoint (or, the Jacobian being symmetric, the tangent) of `normalize eps` at x, whose
 /// result is y, for g: rstd · (g − mean g − y · mean (g y)) along the last axis, rstd =
 /// 1 / √(var x + eps). When nothing is differentiated through it (a first-order gradient, or
 /// a staged one) that is the one-pass `NormalizeGrad`; otherwise the same formula from
 /// differentiable operations, so higher orders and batches follow.
 fn normalize_adjoint<H: Host>(m: &mut H, eps: f64, x: &Value, y: &Value, g: Value) -> FResult<Value> {
-    // (A plain tensor or a traced one carries no perturbation.)
-    let plain = |v: &Value| matches!(v, Value::Tensor(_) | Value::Staged(_));
     if plain(x) && plain(&g) {
         return call(m, TOp::NormalizeGrad(eps), vec![x.clone(), g]);
     }
@@ -348,18 +372,9 @@ pub fn vjp<H: Host>(
         TOp::ScatterRow(i, _) => vec![Some(call(m, TOp::Row(*i), vec![g])?)],
         TOp::Normalize(eps) => vec![Some(normalize_adjoint(m, *eps, &xs[0], y, g)?)],
         TOp::NormalizeGrad(_) => return Err(not_differentiated(op)),
-        TOp::Softmax => {
-            let gy = mul(m, g.clone(), y.clone())?;
-            let s = sum_last_keep(m, gy)?;
-            let d = m.prim2(Prim::Sub, g, s)?;
-            vec![Some(mul(m, y.clone(), d)?)]
-        }
-        TOp::LogSoftmax => {
-            let p = ad::apply_un(m, Un::Exp, y.clone())?;
-            let s = sum_last_keep(m, g.clone())?;
-            let ps = mul(m, p, s)?;
-            vec![Some(m.prim2(Prim::Sub, g, ps)?)]
-        }
+        TOp::Softmax => vec![Some(softmax_adjoint(m, false, y, g)?)],
+        TOp::LogSoftmax => vec![Some(softmax_adjoint(m, true, y, g)?)],
+        TOp::SoftmaxGrad { .. } => return Err(not_differentiated(op)),
         TOp::Concat(axis) => {
             let mut out = Vec::new();
             let mut lo = 0;
@@ -429,10 +444,19 @@ pub fn vjp<H: Host>(
         // A select: the adjoint goes to the chosen side only, exactly zero on the other (an
         // infinite or NaN `g` there does not leak as 0 · g would).
         TOp::Where => {
+            // Only the tracked sides: a constant branch (the -1e30 of a mask, the 0 of a
+            // selection) would cost a select and a sum over the whole shape for nothing.
             let (c, z) = (strip(&xs[0]), zero0(&g)?);
-            let ga = call(m, TOp::Where, vec![c.clone(), g.clone(), z.clone()])?;
-            let gb = call(m, TOp::Where, vec![c, z, g])?;
-            vec![None, Some(sum_to(m, &xs[1], ga)?), Some(sum_to(m, &xs[2], gb)?)]
+            let side = |i: usize, m: &mut H| -> FResult<Option<Value>> {
+                if !need(i) {
+                    return Ok(None);
+                }
+                let picked =
+                    if i == 1 { vec![c.clone(), g.clone(), z.clone()] } else { vec![c.clone(), z.clone(), g.clone()] };
+                let gi = call(m, TOp::Where, picked)?;
+                Ok(Some(sum_to(m, &xs[i], gi)?))
+            };
+            vec![None, side(1, m)?, side(2, m)?]
         }
         TOp::Cmp(_) | TOp::Not | TOp::ArgmaxAxis(_) => xs.iter().map(|_| None).collect(),
         TOp::MaxAxis(a) => {
@@ -547,7 +571,7 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
             Some(t) => normalize_adjoint(m, *eps, &xs[0], y, t.clone()),
             None => Ok(Value::Float(0.0)),
         },
-        TOp::NormalizeGrad(_) => Err(not_differentiated(op)),
+        TOp::NormalizeGrad(_) | TOp::SoftmaxGrad { .. } => Err(not_differentiated(op)),
         TOp::Max | TOp::Logsumexp | TOp::Softmax | TOp::LogSoftmax => {
             // Contract the tangent with the reverse rule's weights: exact for these ops.
             let Some(t) = &ts[0] else { return Ok(Value::Float(0.0)) };
@@ -563,12 +587,8 @@ pub fn jvp<H: Host>(m: &mut H, op: &TOp, xs: &[Value], y: &Value, ts: &[Option<V
                     let p = mul(m, e, t.clone())?;
                     call(m, TOp::Sum, vec![p])
                 }
-                TOp::Softmax => {
-                    let ty = mul(m, t.clone(), y.clone())?;
-                    let s = sum_last_keep(m, ty)?;
-                    let d = m.prim2(Prim::Sub, t.clone(), s)?;
-                    mul(m, y.clone(), d)
-                }
+                // Its Jacobian diag(y) − y yᵀ is symmetric: the tangent map is the adjoint map.
+                TOp::Softmax => softmax_adjoint(m, false, y, t.clone()),
                 _ => {
                     let p = ad::apply_un(m, Un::Exp, y.clone())?;
                     let pt = mul(m, p, t.clone())?;

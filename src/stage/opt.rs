@@ -1,7 +1,8 @@
 //! The optimisations of a traced program, in one forward pass and one backward pass:
 //! - simplification: an operation on constants is computed once, at compile time (constant
 //!   folding), and the identities `x * 1`, `1 * x`, `x / 1`, `x - (+0)` (exact in IEEE
-//!   arithmetic) become `x` when they keep its kind (no broadcast, no dtype change);
+//!   arithmetic) become `x` when they keep its kind (no broadcast, no dtype change), a reshape
+//!   of a reshape one reshape, and a reshape to the shape its operand has nothing;
 //! - common subexpressions: a node equal to an earlier one (the same operation on the same
 //!   operands, or the same constant) is that node;
 //! - dead code: nodes no output reaches are dropped (a `grad`'s partials of inputs whose
@@ -18,7 +19,7 @@ use super::exec;
 use super::ir::{Kind, Node, Op, Program};
 use crate::core::Prim;
 use crate::runtime::value::Value;
-use crate::tensor::{Real, Tensor};
+use crate::tensor::{Real, TOp, Tensor};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -170,6 +171,21 @@ fn simplify(p: &mut Program) {
             Node::Apply(op, mut args) => {
                 // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
+                // A reshape of a reshape is one reshape of the first operand, and none when
+                // that has the shape already (a reverse rule's [1] → [] → [1]).
+                if let (Op::T(t), [a]) = (&op, &mut args[..]) {
+                    if matches!(**t, TOp::Reshape(_)) {
+                        if let Node::Apply(Op::T(inner), inner_args) = &nodes[*a as usize] {
+                            if let (TOp::Reshape(_), [x]) = (&**inner, &inner_args[..]) {
+                                *a = *x;
+                            }
+                        }
+                        if kinds[*a as usize] == kind {
+                            to.push(*a);
+                            continue;
+                        }
+                    }
+                }
                 let folded = match args.iter().all(constant) {
                     true => {
                         let values = args

@@ -255,6 +255,12 @@ pub enum TOp {
     ScatterRow(usize, Vec<usize>),
     Softmax,
     LogSoftmax,
+    /// (y, g): the adjoint of `Softmax` (`log` false: y · (g − Σ g y)) or of `LogSoftmax`
+    /// (`log` true: g − exp y · Σ g) for the result y and its adjoint g, the sums along the
+    /// last axis, in one pass per row (the reverse rules' fast path).
+    SoftmaxGrad {
+        log: bool,
+    },
     /// Each vector along the last axis normalised: (x - mean) / sqrt(var + eps), with the
     /// population variance (layer norm without its gain and bias), eps the parameter.
     Normalize(f64),
@@ -331,6 +337,8 @@ impl TOp {
             TOp::Row(_) => "row",
             TOp::Softmax => "softmax",
             TOp::LogSoftmax => "log_softmax",
+            TOp::SoftmaxGrad { log: false } => "softmax_grad",
+            TOp::SoftmaxGrad { log: true } => "log_softmax_grad",
             TOp::Normalize(_) => "normalize",
             TOp::NormalizeGrad(_) => "normalize_grad",
             TOp::Concat(_) => "concat",
@@ -536,6 +544,11 @@ impl TOp {
             TOp::Softmax | TOp::LogSoftmax => {
                 if s0()?.is_empty() {
                     return Err(TensorError::new("softmax of a scalar tensor (it needs at least one axis)"));
+                }
+            }
+            TOp::SoftmaxGrad { .. } => {
+                if s0()?.is_empty() || operands.get(1).map(|g| g.dims()) != Some(s0()?) {
+                    return Err(TensorError::internal("softmax_grad of a scalar or of operands of two shapes"));
                 }
             }
             TOp::Normalize(_) | TOp::NormalizeGrad(_) => {

@@ -44,6 +44,8 @@ pub trait Backend: Sized {
     fn scatter_row(&self, i: usize, shape: &[usize]) -> TResult<Self>;
     /// Softmax (or, with `log`, log-softmax) over the last axis.
     fn softmax(&self, log: bool) -> TResult<Self>;
+    /// The adjoint of `softmax(log)` for its result `self` and the result's adjoint `g`.
+    fn softmax_grad(&self, g: &Self, log: bool) -> TResult<Self>;
     /// Each vector along the last axis to mean 0 and variance 1, (x - mean) / sqrt(var + eps);
     /// with `Some(g)`, the adjoint of that at `self` for the result's adjoint g instead.
     fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self>;
@@ -318,6 +320,7 @@ fn apply<B: Backend>(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         TOp::ScatterRow(i, shape) => t(x.scatter_row(*i, shape)?),
         TOp::Softmax => t(x.softmax(false)?),
         TOp::LogSoftmax => t(x.softmax(true)?),
+        TOp::SoftmaxGrad { log } => t(x.softmax_grad(arg(1)?, *log)?),
         TOp::Normalize(eps) => t(x.normalize(None, *eps)?),
         TOp::NormalizeGrad(eps) => t(x.normalize(Some(arg(1)?), *eps)?),
         TOp::Concat(axis) => t(B::concat(&(0..args.len()).map(arg).collect::<TResult<Vec<_>>>()?, *axis)?),

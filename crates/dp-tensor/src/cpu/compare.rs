@@ -86,6 +86,7 @@ pub fn select<T: Copy + Send + Sync>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD
     // of a reverse rule) repeat each operand's elements in whole blocks: a flat loop over
     // those blocks instead of ndarray's broadcast iteration over every axis.
     if let (Some(cs), Some(xs), Some(ys)) = (repeated(c, &shape), repeated(a, &shape), repeated(b, &shape)) {
+        let (cs, xs, ys) = (cs.as_ref(), xs.as_ref(), ys.as_ref());
         let n: usize = shape.iter().product();
         // The blocks nest (each length is a product of trailing axes), so the shortest block
         // longer than one element divides every other; one-element operands are spread to it.
@@ -109,8 +110,6 @@ pub fn select<T: Copy + Send + Sync>(c: &ArrayD<bool>, a: &ArrayD<T>, b: &ArrayD
     Ok(Zip::from(&cb).and(&ab).and(&bb).map_collect(|&c, &p, &q| if c { p } else { q }))
 }
 
-/// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
-/// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`.
 /// `select`'s flat loop over the elements `r` of the result (whole blocks of p), into `out`.
 #[inline(always)]
 fn select_blocks_body<T: Copy>(
@@ -146,10 +145,19 @@ super::simd::widened! {
     fn select_blocks[T: Copy](cs: &[bool], xs: &[T], ys: &[T], r: std::ops::Range<usize>, p: usize, out: &mut [MaybeUninit<T>]) -> () => select_blocks_body
 }
 
-fn repeated<'a, T>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<&'a [T]> {
+/// The elements of `a` as one block that, repeated, fills `shape` in row-major order: when
+/// `a` is stored row-major and its shape, leading 1s aside, is a suffix of `shape`, or else
+/// its `cycled_block`.
+fn repeated<'a, T: Clone>(a: &'a ArrayD<T>, shape: &[usize]) -> Option<std::borrow::Cow<'a, [T]>> {
     let own: Vec<usize> = a.shape().iter().copied().skip_while(|&d| d == 1).collect();
     let data = a.as_slice()?;
-    (own.len() <= shape.len() && shape.ends_with(&own) && !data.is_empty()).then_some(data)
+    if own.len() <= shape.len() && shape.ends_with(&own) && !data.is_empty() {
+        return Some(std::borrow::Cow::Borrowed(data));
+    }
+    // Constant over some leading axes only (a per-query mask [Tq, 1] against [B, H, Tq, dv]):
+    // the block those axes cycle, made once.
+    let block = super::layout::cycled_block(a, shape)?;
+    Some(std::borrow::Cow::Owned(block.into_raw_vec_and_offset().0))
 }
 
 /// The position of the first largest element along `axis` (removed), the first NaN if any,

@@ -12,7 +12,7 @@
 //! and dtypes promote as JAX's do (`DType::promote`). GPU operands never reach these functions
 //! (`ops::binary` and `Tensor::unary` route them to the GPU's kernels).
 
-use super::layout::repeat_of;
+use super::layout::as_repeat;
 use super::simd::{self, By, Elem1, Elem2, Swapped};
 use crate::op::{Bin, Un};
 use crate::{broadcast_shape, DType, Real, Storage, TResult, Tensor, TensorError};
@@ -112,12 +112,11 @@ fn real<T: Real>(t: &Tensor) -> TResult<&ArrayD<T>> {
 /// large.
 #[inline(always)]
 fn update<T: Copy + Send + Sync>(dst: &mut ArrayD<T>, src: &ArrayD<T>, g: impl Elem2<T> + Sync, cost_each: f64) {
-    let how = repeat_of(src, dst.shape());
-    if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
-        if d.len() == s.len() && how.is_some() {
-            return simd::zip_in_place_par(d, s, g, cost_each);
-        }
-        if let Some(how) = how {
+    if let Some((src, how)) = as_repeat(src, dst.shape()) {
+        if let (Some(d), Some(s)) = (dst.as_slice_mut(), src.as_slice()) {
+            if d.len() == s.len() {
+                return simd::zip_in_place_par(d, s, g, cost_each);
+            }
             return simd::repeat_in_place_par(d, s, how, g, cost_each);
         }
     }
@@ -142,9 +141,10 @@ fn fresh<T: Copy + Send + Sync>(
         let out = if x.shape() == y.shape() {
             Some(simd::zip_into_par(a, b, f, cost_each))
         } else if x.shape() == shape {
-            repeat_of(y, shape).map(|how| simd::repeat_into_par(a, b, how, f, cost_each))
+            as_repeat(y, shape).and_then(|(y, how)| Some(simd::repeat_into_par(a, y.as_slice()?, how, f, cost_each)))
         } else if y.shape() == shape {
-            repeat_of(x, shape).map(|how| simd::repeat_into_par(b, a, how, Swapped(f), cost_each))
+            as_repeat(x, shape)
+                .and_then(|(x, how)| Some(simd::repeat_into_par(b, x.as_slice()?, how, Swapped(f), cost_each)))
         } else {
             None
         };
@@ -365,6 +365,40 @@ mod tests {
         let m = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         let r = binary(Bin::Pow, t(&[2], &[2.0, 3.0]), m).unwrap();
         assert_eq!(r.data(), vec![2.0, 9.0, 8.0, 81.0]);
+    }
+
+    /// Operands constant over leading axes only (a [4, 1] against [2, 3, 4, 5], and a [1, 4, 1]
+    /// in place and on either side) take the cycled-block path: the same elements as ndarray's
+    /// broadcast, element by element; a select with such a condition likewise.
+    #[test]
+    fn blocks_cycled_over_leading_axes_are_the_broadcast() {
+        let shape = [2, 3, 4, 5];
+        let n: usize = shape.iter().product();
+        let big: Vec<f32> = (0..n).map(|i| (i % 17) as f32 - 8.0).collect();
+        for small in [&[4, 1][..], &[1, 4, 1], &[3, 1, 1]] {
+            let m: usize = small.iter().product();
+            let s: Vec<f32> = (0..m).map(|i| i as f32 * 0.5 + 1.0).collect();
+            let want = |swap: bool| {
+                let a = ArrayD::from_shape_vec(IxDyn(&shape), big.clone()).unwrap();
+                let b = ArrayD::from_shape_vec(IxDyn(small), s.clone()).unwrap();
+                let b = b.broadcast(IxDyn(&shape)).unwrap();
+                let out: Vec<f32> = a.iter().zip(b.iter()).map(|(&x, &y)| if swap { y - x } else { x - y }).collect();
+                out
+            };
+            let kept = t(&shape, &big);
+            let (fresh, keep) = (binary(Bin::Sub, kept.clone(), t(small, &s)).unwrap(), kept.clone());
+            assert_eq!(fresh.data(), want(false), "{small:?}");
+            assert_eq!(binary(Bin::Sub, t(small, &s), keep).unwrap().data(), want(true), "{small:?}");
+            // The big operand only this call holds: updated in place.
+            assert_eq!(binary(Bin::Sub, t(&shape, &big), t(small, &s)).unwrap().data(), want(false), "{small:?}");
+            let c = ArrayD::from_shape_vec(IxDyn(small), (0..m).map(|i| i % 3 != 1).collect()).unwrap();
+            let a = ArrayD::from_shape_vec(IxDyn(&shape), big.clone()).unwrap();
+            let z = ArrayD::from_elem(IxDyn(&[]), 0.0f32);
+            let got = super::super::compare::select(&c, &a, &z).unwrap();
+            let cb = c.broadcast(IxDyn(&shape)).unwrap();
+            let want: Vec<f32> = cb.iter().zip(a.iter()).map(|(&c, &x)| if c { x } else { 0.0 }).collect();
+            assert_eq!(got.iter().copied().collect::<Vec<_>>(), want, "select {small:?}");
+        }
     }
 
     #[test]

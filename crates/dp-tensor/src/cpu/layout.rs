@@ -171,6 +171,34 @@ pub(crate) fn repeat_of<T>(y: &ArrayD<T>, shape: &[usize]) -> Option<Repeat> {
     repeat_of_shape(y.shape(), shape)
 }
 
+/// `y` (row-major) as an operand that repeats over `shape` (`repeat_of`): itself when it does,
+/// else its `cycled_block`, which cycles. None otherwise (ndarray's general iteration).
+pub(crate) fn as_repeat<'a, T: Clone>(
+    y: &'a ArrayD<T>,
+    shape: &[usize],
+) -> Option<(std::borrow::Cow<'a, ArrayD<T>>, Repeat)> {
+    match repeat_of(y, shape) {
+        Some(how) => Some((std::borrow::Cow::Borrowed(y), how)),
+        None => Some((std::borrow::Cow::Owned(cycled_block(y, shape)?), Repeat::Cycle)),
+    }
+}
+
+/// A broadcast of `y` to `shape` that leaves leading axes over which `y` is constant, as the
+/// block that cycles over them: `y` spread over the trailing axes from the first one it varies
+/// along, made once (attention's [Tq, 1] factor against [B, H, Tq, dv] is a [Tq, dv] block
+/// cycled B H times). None when that block is not a small part of the result (a quarter at
+/// most), or `y` is not row-major.
+pub(crate) fn cycled_block<T: Clone>(y: &ArrayD<T>, shape: &[usize]) -> Option<ArrayD<T>> {
+    let pad = shape.len().checked_sub(y.ndim())?;
+    let first = pad + y.shape().iter().position(|&d| d != 1)?;
+    let (block, total) = (shape[first..].iter().product::<usize>(), shape.iter().product::<usize>());
+    if first == 0 || block.saturating_mul(4) > total || !y.is_standard_layout() {
+        return None;
+    }
+    let own = y.to_shape(IxDyn(&y.shape()[first - pad..])).ok()?;
+    Some(own.broadcast(IxDyn(&shape[first..]))?.as_standard_layout().into_owned())
+}
+
 /// `repeat_of` for a row-major operand of shape `own` (the GPU's tensors are all row-major).
 pub(crate) fn repeat_of_shape(own: &[usize], shape: &[usize]) -> Option<Repeat> {
     let n: usize = shape.iter().product();

@@ -13,6 +13,7 @@ pub mod gemm;
 pub mod layout;
 mod norm;
 pub(crate) mod simd;
+mod softmax;
 pub mod subnormals;
 pub mod vmath;
 
@@ -156,29 +157,10 @@ impl<T: Real> Backend for ArrayD<T> {
         Ok(out)
     }
     fn softmax(&self, log: bool) -> TResult<Self> {
-        if let (Some(data), Some(&n)) = (self.as_slice(), self.shape().last()) {
-            if n > 0 {
-                // Rows are independent: pieces of whole rows on the pool when it pays. An
-                // element costs about two exps' time (~1 ns against exp's ~0.45 on AVX-512, by
-                // a loop of softmaxes of attention's [16, 4, 64, 64]): the exp, a division, and
-                // the row's two folds.
-                let cost = 2.0 * elementwise::FUNCTION_COST + elementwise::ARITHMETIC_COST;
-                // SAFETY: `softmax_rows` writes every row of its piece (n divides the piece).
-                let out =
-                    unsafe { simd::build_in_pieces(data.len(), n, cost, &|r, d| softmax_rows(&data[r], n, log, d)) };
-                return Ok(ArrayD::from_shape_vec(self.raw_dim(), out).map_err(|e| e.to_string())?);
-            }
-        }
-        let ax = Axis(self.ndim() - 1);
-        let max = self.map_axis(ax, |r| r.fold(T::neg_infinity(), |a, &b| a.max(b))).insert_axis(ax);
-        if log {
-            let shifted = self - &max;
-            let lse = shifted.mapv(T::exp).sum_axis(ax).mapv(T::ln).insert_axis(ax);
-            return Ok(shifted - lse);
-        }
-        let e = (self - &max).mapv(T::exp);
-        let s = e.sum_axis(ax).insert_axis(ax);
-        Ok(e / s)
+        softmax::softmax(self, log)
+    }
+    fn softmax_grad(&self, g: &Self, log: bool) -> TResult<Self> {
+        softmax::softmax_grad(self, g, log)
     }
     fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self> {
         norm::normalize(self, g, eps)
@@ -237,96 +219,6 @@ impl<T: Real> Backend for ArrayD<T> {
     fn max_pool(&self, k: usize, other: Option<&Self>, pick: bool) -> TResult<Self> {
         conv::pool(self, k, other, pick)
     }
-}
-
-/// Softmax (or log-softmax) of each row of `n` elements of `data`, row by row into one new
-/// buffer: the general path makes four activation-sized temporaries (the shifted values,
-/// their exponentials, the broadcast sums, the quotient), and attention's scores are the
-/// largest tensors of a Transformer step. The same arithmetic: exp (x − max), then divided by
-/// the row's sum, or x − max − ln (sum).
-#[inline(always)]
-fn softmax_rows_body<T: Real>(data: &[T], n: usize, log: bool, out: &mut [std::mem::MaybeUninit<T>]) {
-    for (row, o) in data.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        let max = max_of_lanes(row);
-        // The exponentials, summed as they are written: lane j of `acc` takes the elements
-        // j, j + 16, ... of the whole blocks of 16, the elements after them are summed in
-        // order, then the lanes added to that one by one (the order `e.sum` had in its own
-        // pass, so the rounding is that pass's).
-        let mut acc = [T::zero(); LANES];
-        let (blocks, rest) = row.split_at(n - n % LANES);
-        let (o_blocks, o_rest) = o.split_at_mut(blocks.len());
-        for (xs, os) in blocks.chunks_exact(LANES).zip(o_blocks.chunks_exact_mut(LANES)) {
-            for ((a, o), &x) in acc.iter_mut().zip(os).zip(xs) {
-                let e = T::un(crate::Un::Exp, x - max);
-                o.write(e);
-                *a += e;
-            }
-        }
-        // The last partial block's exponentials as one whole block (a row of 55 logits took
-        // twice the time of a row of 64 with these one at a time), summed in order.
-        let mut sum = T::zero();
-        if !rest.is_empty() {
-            let mut xs = [max; LANES];
-            xs[..rest.len()].copy_from_slice(rest);
-            for x in xs.iter_mut() {
-                *x = T::un(crate::Un::Exp, *x - max);
-            }
-            for (o, &e) in o_rest.iter_mut().zip(&xs) {
-                o.write(e);
-                sum += e;
-            }
-        }
-        for a in acc {
-            sum += a;
-        }
-        if log {
-            let lse = sum.ln();
-            for (o, &x) in o.iter_mut().zip(row) {
-                o.write(x - max - lse);
-            }
-        } else {
-            for o in o.iter_mut() {
-                // SAFETY: written by the loops above.
-                let e = unsafe { o.assume_init() };
-                o.write(e / sum);
-            }
-        }
-    }
-}
-
-/// The lanes a row's maximum and sum are folded in: a fold one element after another waits
-/// out each operation's latency (an ordered float fold does not vectorize), and a row of
-/// attention's scores is short.
-const LANES: usize = 16;
-
-/// The largest element of `xs` (NaNs passed over, as `max` does; −∞ when there is no other):
-/// 16 interleaved lanes, then the lanes halved until one is left. The maximum does not depend
-/// on the order.
-#[inline(always)]
-fn max_of_lanes<T: Real>(xs: &[T]) -> T {
-    let mut acc = [T::neg_infinity(); LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = a.max(x);
-        }
-    }
-    for (a, &x) in acc.iter_mut().zip(rest) {
-        *a = a.max(x);
-    }
-    let mut width = LANES / 2;
-    while width > 0 {
-        for j in 0..width {
-            acc[j] = acc[j].max(acc[j + width]);
-        }
-        width /= 2;
-    }
-    acc[0]
-}
-
-simd::widened! {
-    fn softmax_rows[T: Real](data: &[T], n: usize, log: bool, out: &mut [std::mem::MaybeUninit<T>]) -> () => softmax_rows_body
 }
 
 /// The output buffer of a batched product, written by several threads at once: each product

@@ -11,7 +11,7 @@
 //!   adjoint for the result's adjoint g:  r · (g − Σg / n − y · Σ(g y) / n)
 //! (the Jacobian r (I − 11ᵀ/n − y yᵀ/n) is symmetric, so this is also the tangent map).
 
-use super::simd::{self, widened};
+use super::simd::{self, fold2, widened};
 use crate::{Real, TResult};
 use ndarray::ArrayD;
 use std::mem::MaybeUninit;
@@ -45,28 +45,6 @@ pub(super) fn normalize<T: Real>(x: &ArrayD<T>, g: Option<&ArrayD<T>>, eps: f64)
     // element of theirs.
     let out = unsafe { simd::build_in_pieces(xs.len(), n, cost, &write) };
     ArrayD::from_shape_vec(x.raw_dim(), out).map_err(|e| e.to_string().into())
-}
-
-/// Lanes of the folds: wide enough for the compiler to keep a vector register per few lanes.
-const LANES: usize = 16;
-
-/// Σ f(a[i], b[i]) over two rows of one length, in LANES lanes and then the rest in order
-/// (slices, not indices: the loop over a block of LANES is one vector operation).
-#[inline(always)]
-fn fold2<T: Real>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
-    let mut acc = [T::zero(); LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (xs, ys) in ca.zip(cb) {
-        for ((s, &x), &y) in acc.iter_mut().zip(xs).zip(ys) {
-            *s += f(x, y);
-        }
-    }
-    let mut s = ra.iter().zip(rb).fold(T::zero(), |s, (&x, &y)| s + f(x, y));
-    for a in acc {
-        s += a;
-    }
-    s
 }
 
 /// The row's mean and reciprocal standard deviation.

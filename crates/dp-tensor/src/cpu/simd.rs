@@ -585,6 +585,28 @@ pub(crate) fn map_into_par<T: Copy + Send + Sync, F: Elem1<T> + Sync>(s: &[T], f
     unsafe { build_in_pieces(s.len(), 1, cost_each, &|r, d| map_to(&s[r], d, f)) }
 }
 
+/// Lanes of the folds: wide enough for the compiler to keep a vector register per few lanes.
+pub(crate) const FOLD_LANES: usize = 16;
+
+/// Σ f(a[i], b[i]) over two rows of one length, in FOLD_LANES lanes and then the rest in order
+/// (slices, not indices: the loop over a block of FOLD_LANES is one vector operation).
+#[inline(always)]
+pub(crate) fn fold2<T: crate::Real>(a: &[T], b: &[T], f: impl Fn(T, T) -> T) -> T {
+    let mut acc = [T::zero(); FOLD_LANES];
+    let (ca, cb) = (a.chunks_exact(FOLD_LANES), b.chunks_exact(FOLD_LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (xs, ys) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(xs).zip(ys) {
+            *s += f(x, y);
+        }
+    }
+    let mut s = ra.iter().zip(rb).fold(T::zero(), |s, (&x, &y)| s + f(x, y));
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

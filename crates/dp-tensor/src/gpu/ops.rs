@@ -73,6 +73,9 @@ impl Backend for GpuTensor {
     fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self> {
         normalize(self, g, eps)
     }
+    fn softmax_grad(&self, g: &Self, log: bool) -> TResult<Self> {
+        softmax_grad(self, g, log)
+    }
     fn concat(parts: &[&Self], axis: usize) -> TResult<Self> {
         let mut shape = parts.first().ok_or_else(|| TensorError::internal("concat of nothing"))?.shape.clone();
         shape[axis] = parts.iter().map(|t| t.shape[axis]).sum();
@@ -153,6 +156,24 @@ fn normalize(x: &GpuTensor, g: Option<&GpuTensor>, eps: f64) -> TResult<GpuTenso
     let centred = k::binary(Bin::Sub, g, &mg)?;
     let d = k::binary(Bin::Sub, &centred, &k::binary(Bin::Mul, &y, &mgy)?)?;
     k::binary(Bin::Mul, &d, &rstd)
+}
+
+/// `SoftmaxGrad` from the GPU's kernels: the row sums by a reduction over the last axis, the
+/// rest elementwise with them broadcast along it.
+fn softmax_grad(y: &GpuTensor, g: &GpuTensor, log: bool) -> TResult<GpuTensor> {
+    let last = y.shape.len().checked_sub(1).ok_or_else(|| TensorError::internal("softmax_grad of a scalar"))?;
+    let mut kept = y.shape.clone();
+    kept[last] = 1;
+    let sum_kept =
+        |t: &GpuTensor| -> TResult<GpuTensor> { Ok(k::reduce_axis(t, last, Fold::Sum, 1.0)?.reshaped(kept.clone())) };
+    if log {
+        // g − exp y · Σ g
+        let p = unary(Un::Exp, y)?;
+        return k::binary(Bin::Sub, g, &k::binary(Bin::Mul, &p, &sum_kept(g)?)?);
+    }
+    // y · (g − Σ g y)
+    let s = sum_kept(&k::binary(Bin::Mul, g, y)?)?;
+    k::binary(Bin::Mul, y, &k::binary(Bin::Sub, g, &s)?)
 }
 
 /// A math function on a GPU tensor.
