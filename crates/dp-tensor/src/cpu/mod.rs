@@ -481,11 +481,13 @@ mod tests {
     #[test]
     fn softmax_by_rows_agrees_with_the_general_path() {
         let x = arr(&[3, 2, 5], |i| ((i * 7) % 11) as f64 * 0.37 - 1.5);
-        // A non-contiguous view takes the general path: the same numbers transposed back.
+        // `general` holds x's elements in another memory order (not row-major): it is made
+        // row-major first and gives the same numbers; both agree with the definition.
         let t = x.clone().reversed_axes();
         for log in [false, true] {
             let rows = x.softmax(log).unwrap();
             let general = t.as_standard_layout().into_owned().reversed_axes();
+            assert_eq!(general.softmax(log).unwrap(), rows);
             let want = {
                 let ax = Axis(2);
                 let max = general.map_axis(ax, |r| r.fold(f64::NEG_INFINITY, |a, &b| a.max(b))).insert_axis(ax);

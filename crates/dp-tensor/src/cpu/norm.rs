@@ -89,6 +89,7 @@ widened! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::simd::tests::{agrees_with_differences, row_operands};
     use ndarray::IxDyn;
 
     /// Against the definition in float64 (two-pass statistics, a division): the rows of a
@@ -97,8 +98,7 @@ mod tests {
     #[test]
     fn rows_and_their_adjoint_follow_the_definition() {
         let (rows, n) = (3, 37);
-        let x = ArrayD::from_shape_fn(IxDyn(&[rows, n]), |i| ((i[0] * 31 + i[1] * 7) % 23) as f64 / 5.0 - 2.0);
-        let g = ArrayD::from_shape_fn(IxDyn(&[rows, n]), |i| ((i[0] * 13 + i[1] * 11) % 17) as f64 / 4.0 - 2.0);
+        let (x, g) = row_operands(rows, n);
         let eps = 1e-5;
         let y = normalize(&x, None, eps).unwrap();
         for r in 0..rows {
@@ -112,14 +112,7 @@ mod tests {
         }
         let dx = normalize(&x, Some(&g), eps).unwrap();
         let loss = |x: &ArrayD<f64>| (normalize(x, None, eps).unwrap() * &g).sum();
-        for (r, j) in [(0, 0), (1, 17), (2, 36)] {
-            let h = 1e-6;
-            let (mut up, mut down) = (x.clone(), x.clone());
-            up[[r, j]] += h;
-            down[[r, j]] -= h;
-            let fd = (loss(&up) - loss(&down)) / (2.0 * h);
-            assert!((dx[[r, j]] - fd).abs() < 1e-6 * fd.abs().max(1.0), "({r}, {j}): {} vs {fd}", dx[[r, j]]);
-        }
+        agrees_with_differences(&x, &dx, loss, "normalize");
         // float32 alike, to its rounding; and over the pool's pieces the same bits.
         let x32 = x.mapv(|v| v as f32);
         let g32 = g.mapv(|v| v as f32);

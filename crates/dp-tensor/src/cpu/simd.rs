@@ -617,6 +617,34 @@ pub(crate) mod tests {
         pub(crate) static FORCED: Cell<Option<Level>> = const { Cell::new(None) };
     }
 
+    /// A [rows, n] operand and an adjoint for the tests of the row operations (softmax,
+    /// normalize), values in [-2, 2.4].
+    pub(crate) fn row_operands(rows: usize, n: usize) -> (ndarray::ArrayD<f64>, ndarray::ArrayD<f64>) {
+        let shape = ndarray::IxDyn(&[rows, n]);
+        let x = ndarray::ArrayD::from_shape_fn(shape.clone(), |i| ((i[0] * 31 + i[1] * 7) % 23) as f64 / 5.0 - 2.0);
+        let g = ndarray::ArrayD::from_shape_fn(shape, |i| ((i[0] * 13 + i[1] * 11) % 17) as f64 / 4.0 - 2.0);
+        (x, g)
+    }
+
+    /// `dx` against central differences of `loss` at x, at the first element, one in the
+    /// middle and the last.
+    pub(crate) fn agrees_with_differences(
+        x: &ndarray::ArrayD<f64>,
+        dx: &ndarray::ArrayD<f64>,
+        loss: impl Fn(&ndarray::ArrayD<f64>) -> f64,
+        what: &str,
+    ) {
+        let (rows, n) = (x.shape()[0], x.shape()[1]);
+        for (r, j) in [(0, 0), (rows / 2, n / 2), (rows - 1, n - 1)] {
+            let h = 1e-6;
+            let (mut up, mut down) = (x.clone(), x.clone());
+            up[[r, j]] += h;
+            down[[r, j]] -= h;
+            let fd = (loss(&up) - loss(&down)) / (2.0 * h);
+            assert!((dx[[r, j]] - fd).abs() < 1e-6 * fd.abs().max(1.0), "{what} ({r}, {j}): {} vs {fd}", dx[[r, j]]);
+        }
+    }
+
     #[test]
     fn float64_sums_in_blocks_and_lanes_are_the_fold_to_rounding_and_the_same_on_any_pool() {
         for n in [0, 1, 7, 8, 9, PIECE - 1, PIECE, 3 * PIECE + 5, 100_000] {

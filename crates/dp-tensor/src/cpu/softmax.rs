@@ -172,6 +172,7 @@ widened! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::simd::tests::{agrees_with_differences, row_operands};
     use ndarray::IxDyn;
 
     /// Against the definitions in float64: softmax's and log-softmax's rows of a [3, 37] tensor
@@ -180,8 +181,7 @@ mod tests {
     #[test]
     fn rows_and_their_adjoints_follow_the_definitions() {
         let (rows, n) = (3, 37);
-        let x = ArrayD::from_shape_fn(IxDyn(&[rows, n]), |i| ((i[0] * 31 + i[1] * 7) % 23) as f64 / 5.0 - 2.0);
-        let g = ArrayD::from_shape_fn(IxDyn(&[rows, n]), |i| ((i[0] * 13 + i[1] * 11) % 17) as f64 / 4.0 - 2.0);
+        let (x, g) = row_operands(rows, n);
         for log in [false, true] {
             let y = softmax(&x, log).unwrap();
             for r in 0..rows {
@@ -195,18 +195,7 @@ mod tests {
             }
             let dx = softmax_grad(&y, &g, log).unwrap();
             let loss = |x: &ArrayD<f64>| (softmax(x, log).unwrap() * &g).sum();
-            for (r, j) in [(0, 0), (1, 17), (2, 36)] {
-                let h = 1e-6;
-                let (mut up, mut down) = (x.clone(), x.clone());
-                up[[r, j]] += h;
-                down[[r, j]] -= h;
-                let fd = (loss(&up) - loss(&down)) / (2.0 * h);
-                assert!(
-                    (dx[[r, j]] - fd).abs() < 1e-6 * fd.abs().max(1.0),
-                    "log {log} ({r}, {j}): {} vs {fd}",
-                    dx[[r, j]]
-                );
-            }
+            agrees_with_differences(&x, &dx, loss, if log { "log_softmax" } else { "softmax" });
             let big = ArrayD::from_shape_fn(IxDyn(&[700, 64]), |i| ((i[0] * 7 + i[1] * 3) % 19) as f32 / 9.0 - 1.0);
             let p = softmax(&big, log).unwrap();
             let one = softmax_grad(&p, &big, log).unwrap();
