@@ -312,6 +312,16 @@ fn gpu_matmul() {
         Case { name: "long inner", tol: R, code: "let () = pt (randn 34 [3, 5000] @ randn 35 [5000, 2])" },
         Case { name: "64-wide tiles", tol: R, code: "let () = pt (randn 36 [700, 50] @ randn 37 [50, 1200])" },
         Case { name: "64-wide tiles, ragged", tol: R, code: "let () = pt (randn 38 [1030, 33] @ randn 39 [33, 1001])" },
+        Case {
+            name: "64-wide tiles, ragged rows",
+            tol: R,
+            code: "let () = pt (randn 40 [650, 45] @ randn 41 [45, 1003])",
+        },
+        Case {
+            name: "64-wide tiles, stacked",
+            tol: R,
+            code: "let () = pt (sum_axis (randn 42 [8, 301, 77] @ randn 43 [8, 77, 650]) 2)",
+        },
     ]);
 }
 

@@ -107,15 +107,29 @@ pub struct Gpu {
     pipelines: Mutex<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
     /// Pipelines of generated shaders (`fused`), by their source.
     generated: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    /// Parameter buffers by their words (`meta`): a loop dispatches the same shapes again.
+    metas: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
     pending: Mutex<Pending>,
     pool: Mutex<Pool>,
     /// The first error wgpu reported outside an operation's own checks (validation, memory).
     error: Arc<Mutex<Option<String>>>,
 }
 
+/// Commands recorded and not yet submitted. Consecutive dispatches share one compute pass
+/// (wgpu places the barriers between them that their buffers need); any other command ends it.
 struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
     ops: usize,
+}
+
+impl Pending {
+    /// The encoder to submit (its pass ended), leaving nothing pending.
+    fn take(&mut self) -> Option<wgpu::CommandEncoder> {
+        self.pass = None;
+        self.ops = 0;
+        self.encoder.take()
+    }
 }
 
 #[derive(Default)]
@@ -128,6 +142,8 @@ struct Pool {
 const POOL_LIMIT: u64 = 1 << 30;
 /// Generated pipelines kept at most (a staged program has a few dozen chains).
 const GENERATED_LIMIT: usize = 512;
+/// Parameter buffers kept for reuse at most.
+const META_LIMIT: usize = 4096;
 /// Operations recorded before the pending encoder is submitted anyway.
 const BATCH: usize = 64;
 
@@ -207,7 +223,8 @@ fn create() -> TResult<Gpu> {
         modules: Mutex::new(HashMap::new()),
         pipelines: Mutex::new(HashMap::new()),
         generated: Mutex::new(HashMap::new()),
-        pending: Mutex::new(Pending { encoder: None, ops: 0 }),
+        metas: Mutex::new(HashMap::new()),
+        pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0 }),
         pool: Mutex::new(Pool::default()),
         error,
     })
@@ -343,15 +360,33 @@ impl Gpu {
         Ok(Arc::new(GpuBuffer { buf: Some(buf), size }))
     }
 
-    /// A small read-only storage buffer of parameters (shapes, strides, f32 bits).
+    /// A small read-only storage buffer of parameters (shapes, strides, f32 bits). Such a
+    /// buffer is never written after it is made, so one per distinct list of words is kept and
+    /// shared (at most `META_LIMIT`, the cache emptied when full): creating a buffer per
+    /// dispatch cost more than the dispatch itself on small tensors.
     pub fn meta(&self, words: &[u32]) -> wgpu::Buffer {
         let mut w = words.to_vec();
         if w.is_empty() {
             w.push(0);
         }
+        let Ok(mut metas) = self.metas.lock() else {
+            return self.meta_buffer(&w);
+        };
+        if let Some(b) = metas.get(&w) {
+            return b.clone();
+        }
+        if metas.len() >= META_LIMIT {
+            metas.clear();
+        }
+        let b = self.meta_buffer(&w);
+        metas.insert(w, b.clone());
+        b
+    }
+
+    fn meta_buffer(&self, words: &[u32]) -> wgpu::Buffer {
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("dp meta"),
-            contents: bytemuck::cast_slice(&w),
+            contents: bytemuck::cast_slice(words),
             usage: wgpu::BufferUsages::STORAGE,
         })
     }
@@ -479,25 +514,38 @@ impl Gpu {
             layout: &layout,
             entries: &entries,
         });
-        self.record(|enc| {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+        let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
+        if p.pass.is_none() {
+            let enc = p.encoder.get_or_insert_with(|| self.encoder());
+            let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            p.pass = Some(pass.forget_lifetime());
+        }
+        if let Some(pass) = p.pass.as_mut() {
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(x, y, z);
-        })
+        }
+        self.recorded(p)
     }
 
-    /// Records commands into the pending encoder (submitted every `BATCH` operations).
+    fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+    }
+
+    /// Records commands other than dispatches into the pending encoder (submitted every
+    /// `BATCH` operations).
     pub fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> TResult<()> {
         let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
-        let enc = p
-            .encoder
-            .get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }));
-        f(enc);
+        p.pass = None;
+        f(p.encoder.get_or_insert_with(|| self.encoder()));
+        self.recorded(p)
+    }
+
+    /// Counts one recorded operation; submits the pending commands every `BATCH` of them.
+    fn recorded(&self, mut p: std::sync::MutexGuard<'_, Pending>) -> TResult<()> {
         p.ops += 1;
         if p.ops >= BATCH {
-            let enc = p.encoder.take();
-            p.ops = 0;
+            let enc = p.take();
             drop(p);
             if let Some(enc) = enc {
                 self.queue.submit([enc.finish()]);
@@ -510,11 +558,7 @@ impl Gpu {
 
     /// Submits whatever is pending.
     pub fn flush(&self) -> TResult<()> {
-        let enc = {
-            let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
-            p.ops = 0;
-            p.encoder.take()
-        };
+        let enc = self.pending.lock().map_err(|_| "GPU command queue poisoned")?.take();
         if let Some(enc) = enc {
             self.queue.submit([enc.finish()]);
         }

@@ -1,12 +1,18 @@
 // Matrix product C[M, N] = A[M, K] · B[K, N], row-major, tiled through workgroup memory.
-// Each 16×16 workgroup computes a 64×64 tile of C; each thread a 4×4 block of it (rows
-// ty + 16i, columns tx + 16j, so neighbouring threads touch neighbouring addresses). The K
-// axis is walked 16 at a time: the workgroup stages a 64×16 tile of A and a 16×64 tile of B
-// in workgroup memory, then every thread accumulates from there.
+// Two entry points, one per tile of C that a 16×16 workgroup computes: `matmul` (64×64, 4×4
+// per thread) for products that make enough workgroups to fill a GPU, `matmul_32` (32×32, 2×2
+// per thread) for the others. The K axis is walked 16 columns at a time: the workgroup stages
+// a tile of A and one of B in workgroup memory, then every thread accumulates from there.
+// `matmul` keeps every per-thread value in vec4 registers and unrolled statements, never in
+// an array indexed in a loop: a driver may leave such an array in local memory, and on an
+// H200 the earlier form of this kernel, which did, ran 30 times slower (325 against 8,600 to
+// 10,500 GFLOP/s on a 1024² product; bench/RESULTS.md). Every output element is one fused
+// multiply-add chain over k in order in both, so the kernel chosen does not change a bit of
+// the result.
 // A batch of such products (stacks of matrices, `@` of rank ≥ 3) is the grid's z axis:
 // product z reads A at z·a_stride and B at z·b_stride (a stride 0 broadcasts one matrix over
 // the batch) and writes C at z·M·N; z0 offsets z when a batch needs several dispatches.
-// Grid: (ceil(N / 64), ceil(M / 64), batch). prm: [M, N, K, a_stride, b_stride, z0]
+// prm: [M, N, K, a_stride, b_stride, z0]; grid: (ceil(N / tile), ceil(M / tile), batch).
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
@@ -16,12 +22,45 @@
 const TS: u32 = 64u;
 const TK: u32 = 16u;
 
-var<workgroup> as_: array<f32, 1024>; // [TK][TS]: as_[k * TS + m]
-var<workgroup> bs: array<f32, 1024>;  // [TK][TS]: bs[k * TS + n]
+// 64×64 tiles: each thread computes rows 4·ty .. 4·ty + 3 and columns 4·tx .. 4·tx + 3 of
+// its tile, reading one vec4 of A and one of B from workgroup memory per step of K.
+var<workgroup> a4: array<vec4<f32>, 256>; // [TK][TS / 4]: rows 4q .. 4q + 3 at one k
+var<workgroup> b4: array<vec4<f32>, 256>; // [TK][TS / 4]: columns 4q .. 4q + 3 at one k
+
+fn a_at(ao: u32, r: u32, c: u32, m: u32, k: u32) -> f32 {
+    if (r < m && c < k) {
+        return a[ao + r * k + c];
+    }
+    return 0.0;
+}
+
+fn b_at(bo: u32, r: u32, c: u32, k: u32, n: u32) -> f32 {
+    if (r < k && c < n) {
+        return b[bo + r * n + c];
+    }
+    return 0.0;
+}
+
+fn store4(co: u32, r: u32, col: u32, m: u32, n: u32, v: vec4<f32>) {
+    if (r >= m) {
+        return;
+    }
+    let o = co + r * n + col;
+    if (col + 3u < n) {
+        c[o] = v.x;
+        c[o + 1u] = v.y;
+        c[o + 2u] = v.z;
+        c[o + 3u] = v.w;
+        return;
+    }
+    if (col < n) { c[o] = v.x; }
+    if (col + 1u < n) { c[o + 1u] = v.y; }
+    if (col + 2u < n) { c[o + 2u] = v.z; }
+}
 
 @compute @workgroup_size(16, 16)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-          @builtin(local_invocation_index) li: u32) {
+             @builtin(local_invocation_index) li: u32) {
     let m = prm[0];
     let n = prm[1];
     let k = prm[2];
@@ -31,58 +70,44 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let co = z * m * n;
     let row0 = wid.y * TS;
     let col0 = wid.x * TS;
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i = i + 1u) {
-        acc[i] = 0.0;
-    }
+    // Loading: A's rows 4q .. 4q + 3 at column ak; B's row bk at columns 4q .. 4q + 3.
+    let ak = li % TK;
+    let aq = li / TK;
+    let bk = li / 16u;
+    let bq = li % 16u;
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let e = li + 256u * j;
-            // A: 64 rows × 16 columns, consecutive threads along K.
-            let am = e / TK;
-            let ak = e % TK;
-            var av = 0.0;
-            if (row0 + am < m && k0 + ak < k) {
-                av = a[ao + (row0 + am) * k + k0 + ak];
-            }
-            as_[ak * TS + am] = av;
-            // B: 16 rows × 64 columns, consecutive threads along N.
-            let bk = e / TS;
-            let bn = e % TS;
-            var bv = 0.0;
-            if (k0 + bk < k && col0 + bn < n) {
-                bv = b[bo + (k0 + bk) * n + col0 + bn];
-            }
-            bs[bk * TS + bn] = bv;
-        }
+        let ar = row0 + 4u * aq;
+        let kc = k0 + ak;
+        a4[ak * 16u + aq] = vec4<f32>(a_at(ao, ar, kc, m, k), a_at(ao, ar + 1u, kc, m, k),
+                                      a_at(ao, ar + 2u, kc, m, k), a_at(ao, ar + 3u, kc, m, k));
+        let br = k0 + bk;
+        let bc = col0 + 4u * bq;
+        b4[bk * 16u + bq] = vec4<f32>(b_at(bo, br, bc, k, n), b_at(bo, br, bc + 1u, k, n),
+                                      b_at(bo, br, bc + 2u, k, n), b_at(bo, br, bc + 3u, k, n));
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            var ra: array<f32, 4>;
-            var rb: array<f32, 4>;
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                ra[i] = as_[kk * TS + lid.y + 16u * i];
-                rb[i] = bs[kk * TS + lid.x + 16u * i];
-            }
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    acc[i * 4u + j] = fma(ra[i], rb[j], acc[i * 4u + j]);
-                }
-            }
+            let av = a4[kk * 16u + lid.y];
+            let bv = b4[kk * 16u + lid.x];
+            c0 = fma(vec4<f32>(av.x), bv, c0);
+            c1 = fma(vec4<f32>(av.y), bv, c1);
+            c2 = fma(vec4<f32>(av.z), bv, c2);
+            c3 = fma(vec4<f32>(av.w), bv, c3);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let r = row0 + lid.y + 16u * i;
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = col0 + lid.x + 16u * j;
-            if (r < m && col < n) {
-                c[co + r * n + col] = acc[i * 4u + j];
-            }
-        }
-    }
+    let r = row0 + 4u * lid.y;
+    let col = col0 + 4u * lid.x;
+    store4(co, r, col, m, n, c0);
+    store4(co, r + 1u, col, m, n, c1);
+    store4(co, r + 2u, col, m, n, c2);
+    store4(co, r + 3u, col, m, n, c3);
 }
 
-// The same with 32×32 tiles (2×2 per thread): four times the workgroups, for products too
+// 32×32 tiles (2×2 per thread): four times the workgroups, for products too
 // small to fill the GPU with 64×64 tiles. Grid: (ceil(N / 32), ceil(M / 32), batch).
 const SS: u32 = 32u;
 
