@@ -542,6 +542,28 @@ fn chains_read_through_reshapes_of_one_element() {
     assert!(r.stderr.contains("chain[") && !r.stderr.contains("reshape"), "{}", r.stderr);
 }
 
+/// A permutation of a permutation is staged as one (`abcd->acbd` then `acbd->abcd` cancel, and
+/// two different ones compose), with the unstaged values and gradient.
+#[test]
+fn permutations_of_permutations_fold() {
+    let f = "let f x = let y = einsum \"abcd->acbd\" [x] in sum (sin (einsum \"acbd->abcd\" [y]) * x) + sum (einsum \"acbd->dcab\" [y] * 2.0)\n\
+             let args = randn 1 [2, 3, 4, 5]\n";
+    let forward = format!("{f}let () = println (show (f args))\nlet () = println (show (jit f args))\n");
+    let r = run_with(&[], &forward, &[("DP_DUMP_IR", "1")]);
+    assert!(r.ok, "dp failed:\n{}", r.stderr);
+    let out: Vec<&str> = r.stdout.lines().collect();
+    assert!(out.len() == 2 && out[0] == out[1], "{}", r.stdout);
+    // y is read only through the two compositions: x itself, and one permutation of x.
+    let permutes: Vec<&str> = r.stderr.lines().filter(|l| l.contains("Permute")).collect();
+    assert!(permutes.len() == 1 && permutes[0].contains("Permute([3, 2, 0, 1])"), "{}", r.stderr);
+    let gradient = format!(
+        "{f}let () = println (show (to_list (reshape (grad f args) [120])))\n\
+         let () = println (show (to_list (reshape (jit (grad f) args) [120])))\n"
+    );
+    let out = run_ok(&gradient);
+    assert!(out.len() == 2 && out[0] == out[1], "{out:?}");
+}
+
 /// The optimiser's identities are exact: `x - (-0)` is not `x` (for x = -0 it is +0, so
 /// 1 / it is +infinity, staged as unstaged), and a tensor of ones throughout (the seed a traced
 /// `grad` gives `sum`'s adjoint) is dropped from `ones * x` as the Float 1.0 is.

@@ -2,7 +2,8 @@
 //! - simplification: an operation on constants is computed once, at compile time (constant
 //!   folding), and the identities `x * 1`, `1 * x`, `x / 1`, `x - (+0)` (exact in IEEE
 //!   arithmetic) become `x` when they keep its kind (no broadcast, no dtype change), a reshape
-//!   of a reshape one reshape, and a reshape to the shape its operand has nothing;
+//!   of a reshape one reshape, and a reshape to the shape its operand has nothing; likewise a
+//!   permutation of a permutation is one, and nothing when the two cancel;
 //! - common subexpressions: a node equal to an earlier one (the same operation on the same
 //!   operands, or the same constant) is that node;
 //! - dead code: nodes no output reaches are dropped (a `grad`'s partials of inputs whose
@@ -168,9 +169,26 @@ fn simplify(p: &mut Program) {
         // and reading each node would be a cache miss per operand.
         let constant = |&a: &u32| constants[a as usize];
         let node = match node {
-            Node::Apply(op, mut args) => {
+            Node::Apply(mut op, mut args) => {
                 // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
+                // A permutation of a permutation is one permutation of the first operand, and
+                // none when the two cancel. Not when the outer one swaps the last two axes: a
+                // matrix product reads that swap in place (`fuse`), and would instead read a
+                // copy made by the composed permutation.
+                if let (Op::T(t), [a]) = (&op, &mut args[..]) {
+                    if let (TOp::Permute(outer), Node::Apply(Op::T(inner), inner_args)) = (&**t, &nodes[*a as usize]) {
+                        if let (TOp::Permute(first), [x], false) = (&**inner, &inner_args[..], swaps_last_two(outer)) {
+                            let composed: Vec<usize> = outer.iter().map(|&i| first[i]).collect();
+                            *a = *x;
+                            if composed.iter().enumerate().all(|(i, &j)| i == j) {
+                                to.push(*a);
+                                continue;
+                            }
+                            op = Op::T(Box::new(TOp::Permute(composed)));
+                        }
+                    }
+                }
                 // A reshape of a reshape is one reshape of the first operand, and none when
                 // that has the shape already (a reverse rule's [1] → [] → [1]).
                 if let (Op::T(t), [a]) = (&op, &mut args[..]) {
@@ -223,6 +241,12 @@ fn simplify(p: &mut Program) {
     p.nodes.truncate(kept);
     p.kinds.truncate(kept);
     p.outputs.iter_mut().for_each(|o| *o = to[*o as usize]);
+}
+
+/// Whether a permutation only swaps the last two axes (a stack of matrices transposed).
+fn swaps_last_two(perm: &[usize]) -> bool {
+    let r = perm.len();
+    r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && perm[..r - 2].iter().enumerate().all(|(i, &j)| i == j)
 }
 
 /// The operand an identity operation returns unchanged, when its kind is the result's.
