@@ -235,12 +235,13 @@ fn staged_code_with_structures_and_loops() {
     assert_eq!(out[1], "[5.0, 6.0, 67.0]");
 }
 
-/// W1's loop (bench/w1) under `jit (value_and_grad f)`: the trace of 2,000 iterations runs as
-/// native loops (a forward loop and the backward pass's loops reading its tape in reverse),
-/// and gives the machine's own numbers to the last bit, at the traced point and another.
+/// W1's loop (bench/w1) under `jit (value_and_grad f)`: the trace of 6,000 iterations (80k
+/// nodes, past the length at which the tracer's vectors grow at once) runs as native loops (a
+/// forward loop and the backward pass's loops reading its tape in reverse), and gives the
+/// machine's own numbers to the last bit, at the traced point and another.
 #[test]
 fn a_staged_loop_runs_as_native_loops_with_the_machines_numbers() {
-    let src = "let n = 2000\n\
+    let src = "let n = 6000\n\
                let f x =\n\
                \x20 let rec go i acc = if i > n then acc else go (i + 1) (acc * 0.99 + sin (x * (float i * 1e-4)) * x) in\n\
                \x20 go 1 0.0\n\

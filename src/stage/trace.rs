@@ -12,6 +12,10 @@ use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use std::rc::Rc;
 
+/// The length at which a trace's vectors grow to `RESERVED` nodes at once (see `append`).
+const LONG_TRACE: usize = 1 << 16;
+const RESERVED: usize = 1 << 21;
+
 pub struct Trace {
     pub id: u32,
     nodes: Vec<Node>,
@@ -32,9 +36,23 @@ impl Trace {
 
     fn push(&mut self, node: Node, example: Value) -> Value {
         let node_id = self.nodes.len() as u32;
-        self.nodes.push(node);
-        self.kinds.push(Kind::of(&example));
+        self.append(node, Kind::of(&example));
         Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example }))
+    }
+
+    fn append(&mut self, node: Node, kind: Kind) {
+        if self.nodes.len() == self.nodes.capacity() && self.nodes.len() >= LONG_TRACE {
+            // A long trace is about to outgrow its vectors: give them room for two million
+            // nodes at once. Below the C allocator's mmap threshold (memory.rs) every doubling
+            // copies the vectors into fresh pages; blocks this large are mapped, only the pages
+            // written become resident, and further growth remaps them without copying. On W1's
+            // first call: memmove 2.5% of the samples before, 0.7% after; 48k page faults, 44k.
+            let room = RESERVED.saturating_sub(self.nodes.len());
+            self.nodes.reserve_exact(room);
+            self.kinds.reserve_exact(room);
+        }
+        self.nodes.push(node);
+        self.kinds.push(kind);
     }
 
     /// A new input leaf with this call's value.
@@ -58,8 +76,7 @@ impl Trace {
                 Value::Staged(_) => return Err(escaped()),
                 Value::Float(_) | Value::Tensor(_) => {
                     ids.push(self.nodes.len() as u32);
-                    self.nodes.push(Node::Const(a.clone()));
-                    self.kinds.push(Kind::of(a));
+                    self.append(Node::Const(a.clone()), Kind::of(a));
                 }
                 other => return Err(Fault::internal(format!("staging `{op}` on {}", other.type_name()))),
             }
