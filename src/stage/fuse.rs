@@ -248,22 +248,23 @@ fn through_transpose(p: &Program, mut t: u32) -> (u32, bool) {
     (t, flipped)
 }
 
+/// Whether a permutation only swaps the last two axes (a stack of matrices transposed): the
+/// swap a product reads in place.
+pub(super) fn swaps_last_two(perm: &[usize]) -> bool {
+    let r = perm.len();
+    r >= 2 && perm[..r - 2].iter().enumerate().all(|(i, &a)| a == i) && perm[r - 2..] == [r - 1, r - 2]
+}
+
 /// `t`'s operand when `t` swaps the last two axes of a matrix or of a stack of them.
 fn swapped(p: &Program, t: u32) -> Option<u32> {
-    let swaps_last_two = |op: &TOp, rank: usize| match op {
+    let swaps = |op: &TOp, rank: usize| match op {
         TOp::Transpose => rank == 2,
-        TOp::Permute(perm) => {
-            rank > 2
-                && perm.len() == rank
-                && perm[..rank - 2].iter().enumerate().all(|(i, &a)| a == i)
-                && perm[rank - 2..] == [rank - 1, rank - 2]
-        }
+        TOp::Permute(perm) => rank > 2 && perm.len() == rank && swaps_last_two(perm),
         _ => false,
     };
     match &p.nodes[t as usize] {
         Node::Apply(Op::T(op), args)
-            if args.len() == 1
-                && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if swaps_last_two(op, s.len())) =>
+            if args.len() == 1 && matches!(&p.kinds[args[0] as usize], Kind::Tensor(_, s) if swaps(op, s.len())) =>
         {
             Some(args[0])
         }

@@ -172,22 +172,12 @@ fn simplify(p: &mut Program) {
             Node::Apply(mut op, mut args) => {
                 // Renumbered in place: no allocation per node of a million-node trace.
                 args.iter_mut().for_each(|a| *a = to[*a as usize]);
-                // A permutation of a permutation is one permutation of the first operand, and
-                // none when the two cancel. Not when the outer one swaps the last two axes: a
-                // matrix product reads that swap in place (`fuse`), and would instead read a
-                // copy made by the composed permutation.
-                if let (Op::T(t), [a]) = (&op, &mut args[..]) {
-                    if let (TOp::Permute(outer), Node::Apply(Op::T(inner), inner_args)) = (&**t, &nodes[*a as usize]) {
-                        if let (TOp::Permute(first), [x], false) = (&**inner, &inner_args[..], swaps_last_two(outer)) {
-                            let composed: Vec<usize> = outer.iter().map(|&i| first[i]).collect();
-                            *a = *x;
-                            if composed.iter().enumerate().all(|(i, &j)| i == j) {
-                                to.push(*a);
-                                continue;
-                            }
-                            op = Op::T(Box::new(TOp::Permute(composed)));
-                        }
-                    }
+                if let Some((x, composed)) = composed_permutation(&op, &args, nodes) {
+                    let Some(perm) = composed else {
+                        to.push(x);
+                        continue;
+                    };
+                    (op, args[0]) = (Op::T(Box::new(TOp::Permute(perm))), x);
                 }
                 // A reshape of a reshape is one reshape of the first operand, and none when
                 // that has the shape already (a reverse rule's [1] → [] → [1]).
@@ -243,10 +233,20 @@ fn simplify(p: &mut Program) {
     p.outputs.iter_mut().for_each(|o| *o = to[*o as usize]);
 }
 
-/// Whether a permutation only swaps the last two axes (a stack of matrices transposed).
-fn swaps_last_two(perm: &[usize]) -> bool {
-    let r = perm.len();
-    r >= 2 && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 && perm[..r - 2].iter().enumerate().all(|(i, &j)| i == j)
+/// For a permutation of a permutation of x: x and the one permutation they make (None when
+/// the two cancel). Not when the outer one swaps the last two axes: a matrix product reads that
+/// swap in place (`fuse`), and would instead read a copy made by the composed permutation.
+fn composed_permutation(op: &Op, args: &[u32], nodes: &[Node]) -> Option<(u32, Option<Vec<usize>>)> {
+    let (Op::T(t), &[a]) = (op, args) else { return None };
+    let TOp::Permute(outer) = &**t else { return None };
+    let Node::Apply(Op::T(inner), inner_args) = &nodes[a as usize] else { return None };
+    let (TOp::Permute(first), &[x]) = (&**inner, &inner_args[..]) else { return None };
+    if super::fuse::swaps_last_two(outer) {
+        return None;
+    }
+    let composed: Vec<usize> = outer.iter().map(|&i| first[i]).collect();
+    let identity = composed.iter().enumerate().all(|(i, &j)| i == j);
+    Some((x, (!identity).then_some(composed)))
 }
 
 /// The operand an identity operation returns unchanged, when its kind is the result's.

@@ -4,9 +4,10 @@
 // per thread) for the others. The K axis is walked 16 columns at a time: the workgroup stages
 // a tile of A and one of B in workgroup memory, then every thread accumulates from there.
 // `matmul` keeps every per-thread value in vec4 registers and unrolled statements, never in
-// an array indexed in a loop: a driver may leave such an array in local memory, and on an
-// H200 the earlier form of this kernel, which did, ran 30 times slower (325 against 8,600 to
-// 10,500 GFLOP/s on a 1024² product; bench/RESULTS.md). Every output element is one fused
+// an array indexed in a loop, which a driver may leave in local memory: on an H200 the
+// earlier form of this kernel, which indexed such arrays, ran 30 times slower (325 against
+// 8,600 to 10,500 GFLOP/s on a 1024² product; bench/RESULTS.md; that local memory was the
+// cause is inferred, not read from the driver's code). Every output element is one fused
 // multiply-add chain over k in order in both, so the kernel chosen does not change a bit of
 // the result.
 // A batch of such products (stacks of matrices, `@` of rank ≥ 3) is the grid's z axis:
@@ -21,11 +22,12 @@
 
 const TS: u32 = 64u;
 const TK: u32 = 16u;
+const TQ: u32 = TS / 4u; // vec4s across a tile
 
 // 64×64 tiles: each thread computes rows 4·ty .. 4·ty + 3 and columns 4·tx .. 4·tx + 3 of
 // its tile, reading one vec4 of A and one of B from workgroup memory per step of K.
-var<workgroup> a4: array<vec4<f32>, 256>; // [TK][TS / 4]: rows 4q .. 4q + 3 at one k
-var<workgroup> b4: array<vec4<f32>, 256>; // [TK][TS / 4]: columns 4q .. 4q + 3 at one k
+var<workgroup> a4: array<vec4<f32>, 256>; // [TK][TQ]: rows 4q .. 4q + 3 at one k
+var<workgroup> b4: array<vec4<f32>, 256>; // [TK][TQ]: columns 4q .. 4q + 3 at one k
 
 fn a_at(ao: u32, r: u32, c: u32, m: u32, k: u32) -> f32 {
     if (r < m && c < k) {
@@ -60,7 +62,7 @@ fn store4(co: u32, r: u32, col: u32, m: u32, n: u32, v: vec4<f32>) {
 
 @compute @workgroup_size(16, 16)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-             @builtin(local_invocation_index) li: u32) {
+          @builtin(local_invocation_index) li: u32) {
     let m = prm[0];
     let n = prm[1];
     let k = prm[2];
@@ -73,8 +75,8 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     // Loading: A's rows 4q .. 4q + 3 at column ak; B's row bk at columns 4q .. 4q + 3.
     let ak = li % TK;
     let aq = li / TK;
-    let bk = li / 16u;
-    let bq = li % 16u;
+    let bk = li / TQ;
+    let bq = li % TQ;
     var c0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
@@ -82,16 +84,16 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
         let ar = row0 + 4u * aq;
         let kc = k0 + ak;
-        a4[ak * 16u + aq] = vec4<f32>(a_at(ao, ar, kc, m, k), a_at(ao, ar + 1u, kc, m, k),
+        a4[ak * TQ + aq] = vec4<f32>(a_at(ao, ar, kc, m, k), a_at(ao, ar + 1u, kc, m, k),
                                       a_at(ao, ar + 2u, kc, m, k), a_at(ao, ar + 3u, kc, m, k));
         let br = k0 + bk;
         let bc = col0 + 4u * bq;
-        b4[bk * 16u + bq] = vec4<f32>(b_at(bo, br, bc, k, n), b_at(bo, br, bc + 1u, k, n),
+        b4[bk * TQ + bq] = vec4<f32>(b_at(bo, br, bc, k, n), b_at(bo, br, bc + 1u, k, n),
                                       b_at(bo, br, bc + 2u, k, n), b_at(bo, br, bc + 3u, k, n));
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            let av = a4[kk * 16u + lid.y];
-            let bv = b4[kk * 16u + lid.x];
+            let av = a4[kk * TQ + lid.y];
+            let bv = b4[kk * TQ + lid.x];
             c0 = fma(vec4<f32>(av.x), bv, c0);
             c1 = fma(vec4<f32>(av.y), bv, c1);
             c2 = fma(vec4<f32>(av.z), bv, c2);
