@@ -230,7 +230,7 @@ pub fn record_custom<H: Host>(
     })?;
     let frame = CustomFrame { rule, f, inputs, x, y: y.clone(), outputs: outputs.clone(), returned, span, batch };
     match m.handler(tag) {
-        Some(h) => h.frames.push(AdjFrame::Custom(Box::new(frame))),
+        Some(h) => h.record(AdjFrame::Custom(Box::new(frame))),
         None => return Ok(y),
     }
     Ok(outputs)

@@ -297,7 +297,7 @@ pub fn tensor_op<H: Host>(m: &mut H, op: TOp, args: Vec<Value>) -> FResult<Value
         .collect();
     let out = Rc::new(Tracked { tag, primal: y.clone(), adj: RefCell::new(None) });
     match m.handler(tag) {
-        Some(h) => h.frames.push(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
+        Some(h) => h.record(AdjFrame::Op(Box::new(OpFrame { out: out.clone(), op, inputs, primals }))),
         None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))
@@ -380,7 +380,7 @@ pub fn unary<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
                 }
             };
             match m.handler(tag) {
-                Some(h) => h.frames.push(frame),
+                Some(h) => h.record(frame),
                 None => return Ok(out.primal.clone()),
             }
             Ok(Value::Tracked(out))
@@ -446,7 +446,7 @@ pub fn binary<H: Host>(m: &mut H, p: Prim, a: Value, b: Value) -> FResult<Value>
         let op = Deferred::Bin(p, operand(&a, a_in, pa), operand(&b, b_in, pb));
         let out = Rc::new(Tracked { tag, primal: y, adj: RefCell::new(None) });
         match m.handler(tag) {
-            Some(h) => h.frames.push(AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op }))),
+            Some(h) => h.record(AdjFrame::Deferred(Box::new(DeferredFrame { out: out.clone(), op }))),
             None => return Ok(out.primal.clone()),
         }
         return Ok(Value::Tracked(out));
@@ -483,7 +483,7 @@ fn record<H: Host>(
     };
     let frame = AdjFrame::Scale { out: out.clone(), a: pick(a), b: pick(b) };
     match m.handler(tag) {
-        Some(h) => h.frames.push(frame),
+        Some(h) => h.record(frame),
         None => return Ok(out.primal.clone()),
     }
     Ok(Value::Tracked(out))

@@ -186,6 +186,13 @@ impl GradState {
     pub fn new(tag: u32, input: Value, with_value: bool, frames: Vec<AdjFrame>) -> GradState {
         GradState { tag, input, with_value, frames, seed: None }
     }
+
+    /// Records an operation's adjoint work (a long-running level's records grow without
+    /// copies: `memory::push_long`).
+    #[inline]
+    pub fn record(&mut self, frame: AdjFrame) {
+        crate::memory::push_long(&mut self.frames, frame);
+    }
 }
 
 /// A backward pass paused at a custom rule's record while the machine runs the rule's dp code

@@ -6,15 +6,12 @@
 
 use super::exec;
 use super::ir::{Args, Kind, Node, Op, Program, Template};
+use crate::memory::push_long;
 use crate::runtime::perturbed::is_ad;
 use crate::runtime::staged::Staged;
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use std::rc::Rc;
-
-/// The length at which a trace's vectors grow to `RESERVED` nodes at once (see `append`).
-const LONG_TRACE: usize = 1 << 16;
-const RESERVED: usize = 1 << 21;
 
 pub struct Trace {
     pub id: u32,
@@ -41,18 +38,8 @@ impl Trace {
     }
 
     fn append(&mut self, node: Node, kind: Kind) {
-        if self.nodes.len() == self.nodes.capacity() && self.nodes.len() >= LONG_TRACE {
-            // A long trace is about to outgrow its vectors: give them room for two million
-            // nodes at once. Below the C allocator's mmap threshold (memory.rs) every doubling
-            // copies the vectors into fresh pages; blocks this large are mapped, only the pages
-            // written become resident, and further growth remaps them without copying. On W1's
-            // first call: memmove 2.5% of the samples before, 0.7% after; 48k page faults, 44k.
-            let room = RESERVED.saturating_sub(self.nodes.len());
-            self.nodes.reserve_exact(room);
-            self.kinds.reserve_exact(room);
-        }
-        self.nodes.push(node);
-        self.kinds.push(kind);
+        push_long(&mut self.nodes, node);
+        push_long(&mut self.kinds, kind);
     }
 
     /// A new input leaf with this call's value.
