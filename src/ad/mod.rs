@@ -74,7 +74,8 @@ pub fn map_leaves(v: Value, f: &mut dyn FnMut(Value) -> FResult<Value>) -> FResu
         | Value::Dual(_)
         | Value::Batched(_)
         | Value::Tensor(_)
-        | Value::Staged(_) => f(v)?,
+        | Value::Staged(_)
+        | Value::StagedFloat(_) => f(v)?,
         Value::Tuple(vs) => {
             Value::Tuple(Rc::new(take(vs).into_iter().map(|x| map_leaves(x, f)).collect::<FResult<_>>()?))
         }
@@ -188,7 +189,7 @@ pub fn apply_un<H: Host>(m: &mut H, op: Un, x: Value) -> FResult<Value> {
     match x {
         Value::Float(f) => Ok(Value::Float(op.eval(f))),
         Value::Tensor(t) => Ok(Value::Tensor(Rc::new(m.unary(op, t)?))),
-        Value::Staged(_) => m.un_other(op, x),
+        Value::Staged(_) | Value::StagedFloat(_) => m.un_other(op, x),
         other => unary(m, op, other),
     }
 }
@@ -534,7 +535,7 @@ pub(super) fn accumulate<H: Host>(m: &mut H, cell: &Tracked, contribution: Value
     // A traced Float (a `grad` inside a `jit`) meets a Float or a traced one: no shapes or
     // dtypes to reconcile either, and `in_kind_of` would walk each value five times to find
     // that, once per traced operation.
-    let scalar = |v: &Value| matches!(v, Value::Float(_)) || matches!(v, Value::Staged(s) if s.tensor().is_none());
+    let scalar = |v: &Value| matches!(v, Value::Float(_) | Value::StagedFloat(_));
     let contribution = match scalar(&cell.primal) && scalar(&contribution) {
         true => contribution,
         false => in_kind_of(m, &cell.primal, contribution)?,

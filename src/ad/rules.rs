@@ -70,7 +70,9 @@ pub fn un_deriv<H: Host>(op: Un, m: &mut H, x: &Value, y: &Value) -> FResult<Val
         }
         // (A batch of examples takes the tensor form: its mask is computed per element; so
         // does a traced Float: the staged program decides the mask, per call.)
-        Un::Relu | Un::Abs if matches!(strip(&x), Value::Tensor(_) | Value::Batched(_) | Value::Staged(_)) => {
+        Un::Relu | Un::Abs
+            if matches!(strip(&x), Value::Tensor(_) | Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_)) =>
+        {
             let t = if op == Un::Relu { TOp::Step } else { TOp::Sign };
             super::tensor::call(m, t, vec![strip(&x)])?
         }
@@ -159,7 +161,7 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
                 Value::Tensor(_) if matches!(a, Value::Tensor(_)) => false,
                 Value::Tensor(t) => t.all_positive()?,
                 // A batch: ln of the positive bases, selected per element below.
-                Value::Batched(_) | Value::Staged(_) => false,
+                Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) => false,
                 other => scalar(&other) > 0.0,
             };
             let db = if positive {
@@ -168,7 +170,7 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             } else if let (Value::Tensor(t), false) = (strip(&a), is_ad(&a)) {
                 let la = t.log_or_zero()?;
                 m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
-            } else if let Value::Tensor(_) | Value::Batched(_) | Value::Staged(_) = strip(&a) {
+            } else if let Value::Tensor(_) | Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) = strip(&a) {
                 // A perturbed base with some element ≤ 0: ln of the base where it is positive
                 // and of 1 elsewhere, selected so that ln a stays differentiable where it is
                 // used (the mixed derivative ∂²/∂a∂b of the positive elements).

@@ -96,7 +96,7 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
         }
         // A mask per example: the select of the batching rule of `Mask`; a traced Float mask:
         // the staged program selects (on Floats, exec.rs).
-        Value::Batched(_) | Value::Staged(_) => call(m, TOp::Mask, vec![x, mask]),
+        Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) => call(m, TOp::Mask, vec![x, mask]),
         Value::Float(k) if k > 0.0 => Ok(x),
         // A perturbed scalar selected out is an exact zero that stays perturbed, as JAX's
         // select is: an outer level's adjoint then sends an exact zero back to `x` (which
@@ -116,7 +116,7 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
 /// adjoint operations (`NormalizeGrad`, `SoftmaxGrad`), which have no derivatives of their
 /// own, may compute with it.
 fn plain(v: &Value) -> bool {
-    matches!(v, Value::Tensor(_) | Value::Staged(_))
+    matches!(v, Value::Tensor(_) | Value::Staged(_) | Value::StagedFloat(_))
 }
 
 /// The adjoint of softmax (`log` false: y · (g − Σ g y)) or log-softmax (g − exp y · Σ g)

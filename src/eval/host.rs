@@ -21,7 +21,7 @@ impl Host for Machine {
         Machine::prim1(self, p, a)
     }
     fn forward(&mut self, op: &TOp, args: &[Value]) -> FResult<Value> {
-        if args.iter().any(|a| matches!(a, Value::Staged(_))) {
+        if args.iter().any(|a| matches!(a, Value::Staged(_) | Value::StagedFloat(_))) {
             return self.jit.forward(op, args);
         }
         crate::runtime::tensor::forward(op, args)
@@ -31,7 +31,7 @@ impl Host for Machine {
     }
     fn un_other(&mut self, op: Un, x: Value) -> FResult<Value> {
         match x {
-            Value::Staged(_) => self.jit.unary(op, x),
+            Value::Staged(_) | Value::StagedFloat(_) => self.jit.unary(op, x),
             other => Err(crate::runtime::Fault::internal(format!("`{op:?}` on {}", other.type_name()))),
         }
     }

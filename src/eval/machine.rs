@@ -1197,8 +1197,8 @@ impl Machine {
             }
             // `%` of an Int batched by `vmap`: its batching rule says what it does.
             (Prim::Rem, Batched(_), _) | (Prim::Rem, _, Batched(_)) => return ad::binary(self, p, a, b),
-            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Staged(_), _)
-            | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_)) => {
+            (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Staged(_) | StagedFloat(_), _)
+            | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_) | StagedFloat(_)) => {
                 return self.jit.binary(p, a, b)
             }
             (Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _)

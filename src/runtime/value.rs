@@ -35,8 +35,10 @@ pub enum Value {
     /// The values of a `vmap`'s examples stacked along an axis (see `ad::batch`).
     Batched(Rc<Batched>),
     Tensor(Rc<crate::tensor::Tensor>),
-    /// A Float or tensor traced by `jit` (see `stage`).
+    /// A tensor traced by `jit` (see `stage`), with its example.
     Staged(Rc<super::staged::Staged>),
+    /// A Float traced by `jit`, its example kept by the trace.
+    StagedFloat(super::staged::StagedFloat),
 }
 
 // Written out (rather than derived) so the immediate cases inline into the machine's hot loop.
@@ -50,6 +52,7 @@ impl Clone for Value {
             Value::Float(x) => Value::Float(*x),
             Value::Nil => Value::Nil,
             Value::Builtin(i) => Value::Builtin(*i),
+            Value::StagedFloat(s) => Value::StagedFloat(*s),
             other => other.clone_heap(),
         }
     }
@@ -70,7 +73,16 @@ impl Value {
     /// Holds no heap reference.
     #[inline(always)]
     pub fn is_immediate(&self) -> bool {
-        matches!(self, Value::Unit | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Nil | Value::Builtin(_))
+        matches!(
+            self,
+            Value::Unit
+                | Value::Bool(_)
+                | Value::Int(_)
+                | Value::Float(_)
+                | Value::Nil
+                | Value::Builtin(_)
+                | Value::StagedFloat(_)
+        )
     }
 
     #[inline(never)]
@@ -209,7 +221,7 @@ impl Value {
                 Example::Int => "Int",
             },
             Value::Staged(s) if s.tensor().is_some() => "Tensor",
-            Value::Staged(_) => "Float",
+            Value::Staged(_) | Value::StagedFloat(_) => "Float",
         }
     }
 }
@@ -359,7 +371,7 @@ fn show_into(v: &Value, top: bool, out: &mut Out, depth: usize) {
         Value::Tensor(t) => show_tensor(t, out),
         // Only reached by a traced value that escaped its `jit` (printing one inside is
         // refused): its numbers belong to one call.
-        Value::Staged(_) => out.push_str("<traced>"),
+        Value::Staged(_) | Value::StagedFloat(_) => out.push_str("<traced>"),
     }
 }
 

@@ -177,14 +177,15 @@ fn key_of(f: &Value) -> usize {
 
 /// Whether a value is traced (under any perturbations).
 pub fn is_staged(v: &Value) -> bool {
-    matches!(v, Value::Staged(_)) || (is_ad(v) && matches!(strip(v), Value::Staged(_)))
+    let traced = |v: &Value| matches!(v, Value::Staged(_) | Value::StagedFloat(_));
+    traced(v) || (is_ad(v) && traced(&strip(v)))
 }
 
 /// Whether a traced value lies anywhere in `v` (a reference's contents and a closure's
 /// captures included).
 pub fn holds_staged(v: &Value) -> bool {
     match v {
-        Value::Staged(_) => true,
+        Value::Staged(_) | Value::StagedFloat(_) => true,
         Value::Tracked(_) | Value::Dual(_) => is_staged(v),
         Value::Tuple(vs) => vs.iter().any(holds_staged),
         Value::Record(r) => r.values.iter().any(holds_staged),
@@ -297,7 +298,9 @@ fn peel(x: &Value, tag: u32, cells: &mut Vec<Rc<Tracked>>, mask: &mut Vec<bool>)
             cells.push(t.clone());
             t.primal.clone()
         }
-        Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) | Value::Staged(_) => return None,
+        Value::Tracked(_) | Value::Dual(_) | Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) => {
+            return None
+        }
         Value::Tuple(vs) => Value::Tuple(Rc::new(all(vs)?)),
         Value::Record(r) => Value::Record(Rc::new(RecordVal { names: r.names.clone(), values: all(&r.values)? })),
         Value::Cons(_) => {
@@ -333,18 +336,16 @@ fn seed_leaves(y: &Value, level: u32, trace: &mut Trace, seeds: &mut Vec<(Rc<Tra
     let mut all = |vs: &[Value]| vs.iter().map(|v| seed_leaves(v, level, trace, seeds)).collect::<Vec<_>>();
     match y {
         Value::Tracked(t) if t.tag == level => {
-            if let Value::Staged(s) = &t.primal {
-                if s.trace == trace.id {
-                    let adjoint = trace.input(crate::ad::zero_like(&s.example));
-                    seeds.push((t.clone(), adjoint));
-                }
+            if let Some(zero) = trace.zero_of(&t.primal) {
+                let adjoint = trace.input(zero);
+                seeds.push((t.clone(), adjoint));
             }
             t.primal.clone()
         }
-        Value::Staged(s) => {
-            if s.trace == trace.id {
+        Value::Staged(_) | Value::StagedFloat(_) => {
+            if let Some(zero) = trace.zero_of(y) {
                 // An output no tracked leaf reaches: its adjoint is an input nothing reads.
-                trace.input(crate::ad::zero_like(&s.example));
+                trace.input(zero);
             }
             y.clone()
         }

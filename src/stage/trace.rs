@@ -8,7 +8,7 @@ use super::exec;
 use super::ir::{Args, Kind, Node, Op, Program, Template};
 use crate::memory::push_long;
 use crate::runtime::perturbed::is_ad;
-use crate::runtime::staged::Staged;
+use crate::runtime::staged::{Staged, StagedFloat};
 use crate::runtime::value::{RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use std::rc::Rc;
@@ -17,6 +17,9 @@ pub struct Trace {
     pub id: u32,
     nodes: Vec<Node>,
     kinds: Vec<Kind>,
+    /// Each node's example when it is a Float (what a `Value::StagedFloat` of it stands for);
+    /// NaN for a tensor's node, whose example its `Staged` cell holds.
+    floats: Vec<f64>,
     inputs: usize,
 }
 
@@ -28,18 +31,34 @@ pub fn escaped() -> Fault {
 
 impl Trace {
     pub fn new(id: u32) -> Trace {
-        Trace { id, nodes: Vec::new(), kinds: Vec::new(), inputs: 0 }
+        Trace { id, nodes: Vec::new(), kinds: Vec::new(), floats: Vec::new(), inputs: 0 }
     }
 
     fn push(&mut self, node: Node, example: Value) -> Value {
         let node_id = self.nodes.len() as u32;
         self.append(node, Kind::of(&example));
-        Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example }))
+        match example {
+            Value::Float(x) => {
+                *self.floats.last_mut().expect("appended") = x;
+                Value::StagedFloat(StagedFloat { trace: self.id, node: node_id })
+            }
+            example => Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example })),
+        }
+    }
+
+    /// The zero of a traced value of this trace (the seed of an adjoint nothing reaches).
+    pub fn zero_of(&self, v: &Value) -> Option<Value> {
+        match v {
+            Value::Staged(s) if s.trace == self.id => Some(crate::ad::zero_like(&s.example)),
+            Value::StagedFloat(s) if s.trace == self.id => Some(Value::Float(0.0)),
+            _ => None,
+        }
     }
 
     fn append(&mut self, node: Node, kind: Kind) {
         push_long(&mut self.nodes, node);
         push_long(&mut self.kinds, kind);
+        push_long(&mut self.floats, f64::NAN);
     }
 
     /// A new input leaf with this call's value.
@@ -55,13 +74,23 @@ impl Trace {
         // The operands become their examples in place.
         for a in args.as_mut() {
             match a {
+                Value::StagedFloat(s) if s.trace == self.id => {
+                    ids.push(s.node);
+                    *a = Value::Float(self.floats[s.node as usize]);
+                }
                 Value::Staged(s) if s.trace == self.id => {
                     ids.push(s.node);
                     let example = s.example.clone();
                     *a = example;
                 }
-                Value::Staged(_) => return Err(escaped()),
-                Value::Float(_) | Value::Tensor(_) => {
+                Value::Staged(_) | Value::StagedFloat(_) => return Err(escaped()),
+                Value::Float(x) => {
+                    ids.push(self.nodes.len() as u32);
+                    let x = *x;
+                    self.append(Node::Const(Value::Float(x)), Kind::Float);
+                    *self.floats.last_mut().expect("appended") = x;
+                }
+                Value::Tensor(_) => {
                     ids.push(self.nodes.len() as u32);
                     self.append(Node::Const(a.clone()), Kind::of(a));
                 }
@@ -94,7 +123,11 @@ impl Trace {
                 outputs.push(s.node);
                 Template::Out(outputs.len() - 1)
             }
-            Value::Staged(_) => return Err(escaped()),
+            Value::StagedFloat(s) if s.trace == self.id => {
+                outputs.push(s.node);
+                Template::Out(outputs.len() - 1)
+            }
+            Value::Staged(_) | Value::StagedFloat(_) => return Err(escaped()),
             v if is_ad(v) => return Err(Fault::new(
                 "jit: the staged function's result is differentiated by a `grad` or `jvp` running outside the `jit`",
             )

@@ -113,7 +113,7 @@ fn nested(v: &Value) -> FResult<(Vec<usize>, Vec<Value>)> {
             return match strip(v) {
                 // (A batch of Floats, inside `vmap`: one Float per example.)
                 // (A traced Float, inside `jit`: the tensor is built by staged operations.)
-                Value::Float(_) | Value::Int(_) | Value::Bool(_) | Value::Staged(_) => {
+                Value::Float(_) | Value::Int(_) | Value::Bool(_) | Value::Staged(_) | Value::StagedFloat(_) => {
                     data.push(v.clone());
                     Ok(())
                 }
