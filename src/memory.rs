@@ -54,11 +54,22 @@ pub const LONG: usize = 1 << 16;
 /// later doublings remap it (`mremap`) without copying.
 #[inline]
 pub fn push_long<T>(v: &mut Vec<T>, x: T) {
-    if v.len() == v.capacity() && v.len() >= LONG {
-        let room = LARGE.div_ceil(std::mem::size_of::<T>().max(1)).max(2 * v.len());
-        v.reserve_exact(room - v.len());
+    if v.len() == v.capacity() {
+        reserve_long(v);
     }
     v.push(x);
+}
+
+/// Makes room for at least one more element in `v` the way [`push_long`] does: doubling while
+/// short, straight to a mapped block once long.
+#[cold]
+pub fn reserve_long<T>(v: &mut Vec<T>) {
+    if v.len() >= LONG {
+        let room = LARGE.div_ceil(std::mem::size_of::<T>().max(1)).max(2 * v.len());
+        v.reserve_exact(room - v.len());
+    } else {
+        v.reserve(1);
+    }
 }
 
 /// How many freed large blocks are kept, and how many bytes they may hold in all.

@@ -42,10 +42,10 @@ pub struct Chained {
     pub reduce: Option<TOp>,
 }
 
-/// A node's operands. Nearly every node has one or two, so up to four are held in the node
-/// itself (three; more are rare, and behind a pointer): a million-node trace then has no allocation per node, and the passes that walk
-/// it (the optimiser, the reroller, native compilation) read operands from the node array
-/// rather than chasing a pointer per node.
+/// A node's operands. Nearly every node has one or two, so up to three are held in the node
+/// itself (more are rare, and behind a pointer): a million-node trace then has no allocation
+/// per node, and the passes that walk it (the optimiser, the reroller, native compilation)
+/// read operands from the node array rather than chasing a pointer per node.
 #[derive(Clone)]
 pub struct Args(Repr);
 
@@ -62,18 +62,23 @@ impl Args {
         Args(Repr::Few(0, [0; 3]))
     }
 
+    #[inline]
     pub fn push(&mut self, a: u32) {
         match &mut self.0 {
             Repr::Few(n, xs) if (*n as usize) < xs.len() => {
                 xs[*n as usize] = a;
                 *n += 1;
             }
-            _ => {
-                let mut all = self.to_vec();
-                all.push(a);
-                self.0 = Repr::Many(Box::new(all));
-            }
+            _ => self.push_many(a),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_many(&mut self, a: u32) {
+        let mut all = self.to_vec();
+        all.push(a);
+        self.0 = Repr::Many(Box::new(all));
     }
 }
 

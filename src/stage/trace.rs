@@ -6,7 +6,7 @@
 
 use super::exec;
 use super::ir::{Args, Kind, Node, Op, Program, Template};
-use crate::memory::push_long;
+use crate::memory::reserve_long;
 use crate::runtime::perturbed::is_ad;
 use crate::runtime::staged::{Staged, StagedFloat};
 use crate::runtime::value::{RecordVal, Value};
@@ -56,9 +56,15 @@ impl Trace {
     }
 
     fn append(&mut self, node: Node, kind: Kind) {
-        push_long(&mut self.nodes, node);
-        push_long(&mut self.kinds, kind);
-        push_long(&mut self.floats, f64::NAN);
+        // The three vectors have one length, so the nodes' capacity check covers them all.
+        if self.nodes.len() == self.nodes.capacity() {
+            reserve_long(&mut self.nodes);
+            reserve_long(&mut self.kinds);
+            reserve_long(&mut self.floats);
+        }
+        self.nodes.push(node);
+        self.kinds.push(kind);
+        self.floats.push(f64::NAN);
     }
 
     /// A new input leaf with this call's value.
