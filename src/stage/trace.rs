@@ -20,8 +20,13 @@ pub struct Trace {
     /// Each node's example when it is a Float (what a `Value::StagedFloat` of it stands for);
     /// NaN for a tensor's node, whose example its `Staged` cell holds.
     floats: Vec<f64>,
+    /// Float constants' nodes by their bits, direct-mapped (`constant`).
+    recent: Box<[Option<(u64, u32)>; RECENT_CONSTANTS]>,
     inputs: usize,
 }
+
+/// The slots of `Trace::recent` (a power of two: a slot is the top bits of a hash).
+const RECENT_CONSTANTS: usize = 64;
 
 /// The fault of a traced value met outside its trace.
 pub fn escaped() -> Fault {
@@ -31,7 +36,14 @@ pub fn escaped() -> Fault {
 
 impl Trace {
     pub fn new(id: u32) -> Trace {
-        Trace { id, nodes: Vec::new(), kinds: Vec::new(), floats: Vec::new(), inputs: 0 }
+        Trace {
+            id,
+            nodes: Vec::new(),
+            kinds: Vec::new(),
+            floats: Vec::new(),
+            recent: Box::new([None; RECENT_CONSTANTS]),
+            inputs: 0,
+        }
     }
 
     fn push(&mut self, node: Node, example: Value) -> Value {
@@ -43,6 +55,25 @@ impl Trace {
                 Value::StagedFloat(StagedFloat { trace: self.id, node: node_id })
             }
             example => Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example })),
+        }
+    }
+
+    /// The node of the Float constant `x`: a recent one of the same bits, else a new node. A
+    /// loop's constants recur every iteration (`acc * 0.99` and its partial): reusing their
+    /// nodes keeps a fifth of W1's trace from being made (the optimiser would merge them
+    /// all the same, into the first).
+    fn constant(&mut self, x: f64) -> u32 {
+        let bits = x.to_bits();
+        let slot = (bits.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - RECENT_CONSTANTS.trailing_zeros())) as usize;
+        match self.recent[slot] {
+            Some((b, node)) if b == bits => node,
+            _ => {
+                let node = self.nodes.len() as u32;
+                self.append(Node::Const(Value::Float(x)), Kind::Float);
+                *self.floats.last_mut().expect("appended") = x;
+                self.recent[slot] = Some((bits, node));
+                node
+            }
         }
     }
 
@@ -90,12 +121,7 @@ impl Trace {
                     *a = example;
                 }
                 Value::Staged(_) | Value::StagedFloat(_) => return Err(escaped()),
-                Value::Float(x) => {
-                    ids.push(self.nodes.len() as u32);
-                    let x = *x;
-                    self.append(Node::Const(Value::Float(x)), Kind::Float);
-                    *self.floats.last_mut().expect("appended") = x;
-                }
+                Value::Float(x) => ids.push(self.constant(*x)),
                 Value::Tensor(_) => {
                     ids.push(self.nodes.len() as u32);
                     self.append(Node::Const(a.clone()), Kind::of(a));
