@@ -1,8 +1,8 @@
 //! A traced value of a `jit` being staged (src/stage/): a Float or tensor leaf of the staged
 //! function whose operations emit nodes into the trace's IR instead of only computing. It
-//! carries the value it has on the call being traced (`example`), from which its shape and
+//! has the value it takes on the call being traced (its example), from which its shape and
 //! dtype are read (a tracer by example: the first call's own numbers give every shape rule
-//! its operands). Nothing may branch on the example's numbers: the operations that would (a
+//! its operands): a tensor's `Staged` cell holds it, a Float's number the trace keeps. Nothing may branch on the example's numbers: the operations that would (a
 //! comparison, a Float pattern, I/O) refuse a traced value instead, so the staged program
 //! cannot bake one call's data into the next.
 
