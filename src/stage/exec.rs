@@ -289,6 +289,7 @@ enum Step {
 /// indexed by node (constants written once, here), while tensors live in `Value` slots.
 pub struct Plan {
     pub prog: Program,
+    /// Each node's last reader (`u32::MAX` for an output); empty when no node is a tensor.
     last: Vec<Option<u32>>,
     steps: Vec<Step>,
     code: Option<native::Code>,
@@ -393,10 +394,12 @@ fn native_enabled() -> bool {
 
 impl Plan {
     pub fn new(prog: Program) -> Plan {
-        let last = last_uses(&prog);
         let n = prog.nodes.len();
         let floats = Plan::new_floats(&prog);
         let tensors = prog.kinds.iter().any(|k| matches!(k, Kind::Tensor(..)));
+        // Last readers decide when a tensor's slot may be moved out; a program of Floats
+        // alone keeps its values in `floats` and never asks (W1: 10 MB not written).
+        let last = if tensors { last_uses(&prog) } else { Vec::new() };
         // Runs of native operations (constants and inputs between them do not break a run).
         let mut runs: Vec<(usize, usize)> = Vec::new();
         let mut open: Option<usize> = None;
