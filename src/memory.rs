@@ -82,10 +82,19 @@ pub fn reserve_long<T>(v: &mut Vec<T>) {
 /// unstaged, a call took 74 ms with them and 67.5 ms with this list).
 const CELL: usize = 64;
 
+/// How many freed cells a thread keeps (64 MB); further ones go back to the C allocator, so a
+/// program that stops differentiating does not hold more than this for cells it no longer makes.
+const MAX_CELLS: usize = 1 << 20;
+
+/// A thread's freed [`CELL`]-byte blocks, each linked to the next through its first word,
+/// and how many there are.
+struct Cells {
+    head: Cell<*mut u8>,
+    len: Cell<usize>,
+}
+
 thread_local! {
-    /// This thread's freed [`CELL`]-byte blocks, each linked to the next through its first
-    /// word. They stay this thread's for reuse (not returned to the C allocator).
-    static CELLS: Cell<*mut u8> = const { Cell::new(std::ptr::null_mut()) };
+    static CELLS: Cells = const { Cells { head: Cell::new(std::ptr::null_mut()), len: Cell::new(0) } };
 }
 
 /// Whether a block of this layout goes to the per-thread list: any `CELL`-byte block the C
@@ -180,9 +189,10 @@ unsafe impl GlobalAlloc for Reusing {
             // SAFETY: a listed block is a freed `CELL`-byte block of the C allocator, its
             // first word the next one's address.
             let p = CELLS.with(|c| {
-                let p = c.get();
+                let p = c.head.get();
                 if !p.is_null() {
-                    c.set(*(p as *mut *mut u8));
+                    c.head.set(*(p as *mut *mut u8));
+                    c.len.set(c.len.get() - 1);
                 }
                 p
             });
@@ -211,11 +221,18 @@ unsafe impl GlobalAlloc for Reusing {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if is_cell(layout) {
             // SAFETY: the block is freed, so its first word is free to link it.
-            CELLS.with(|c| {
-                *(ptr as *mut *mut u8) = c.get();
-                c.set(ptr);
+            let kept = CELLS.with(|c| {
+                let room = c.len.get() < MAX_CELLS;
+                if room {
+                    *(ptr as *mut *mut u8) = c.head.get();
+                    c.head.set(ptr);
+                    c.len.set(c.len.get() + 1);
+                }
+                room
             });
-            return;
+            if kept {
+                return;
+            }
         }
         if layout.size() >= LARGE {
             self.keep(ptr, layout)
@@ -281,6 +298,20 @@ mod tests {
             let s = a.alloc(other);
             assert!(s != p && s != q);
             a.dealloc(s, other);
+        }
+    }
+
+    #[test]
+    fn a_thread_keeps_at_most_max_cells() {
+        let a = Reusing::new();
+        let cell = Layout::from_size_align(CELL, 8).unwrap();
+        let listed = || CELLS.with(|c| c.len.get());
+        unsafe {
+            let blocks: Vec<*mut u8> = (0..MAX_CELLS + 10).map(|_| a.alloc(cell)).collect();
+            blocks.iter().for_each(|&p| a.dealloc(p, cell));
+            assert_eq!(listed(), MAX_CELLS);
+            (0..MAX_CELLS).for_each(|_| System.dealloc(a.alloc(cell), cell));
+            assert_eq!(listed(), 0);
         }
     }
 
