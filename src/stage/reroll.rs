@@ -70,6 +70,7 @@ fn shape(node: &Node) -> Option<Shape> {
 }
 
 /// Whether nodes `a` and `b` can be the same body node of two iterations.
+#[inline]
 fn same_op(a: &Node, b: &Node) -> bool {
     match (a, b) {
         (Node::Const(_), Node::Const(_)) => true,
@@ -193,8 +194,9 @@ fn try_period(nodes: &[Node], start: usize, period: usize, end: usize) -> Option
             if !same_op(&nodes[start + k], node) {
                 break 'iterations;
             }
-            let expected = ops.iter().map(|o| o.base as i64 + count as i64 * o.stride);
-            if !args(node).iter().map(|&a| a as i64).eq(expected) {
+            let (found, j) = (args(node), count as i64);
+            if found.len() != ops.len() || found.iter().zip(ops).any(|(&a, o)| a as i64 != o.base as i64 + j * o.stride)
+            {
                 break 'iterations;
             }
         }
