@@ -206,7 +206,7 @@ pub fn shape_of(v: &Value) -> Vec<usize> {
             }
             s
         }
-        Value::Staged(s) => s.shape(),
+        Value::Staged(s) => s.example.shape().to_vec(),
         _ => Vec::new(),
     }
 }
@@ -216,7 +216,7 @@ pub fn dtype_of(v: &Value) -> Option<crate::tensor::DType> {
     match strip(v) {
         Value::Tensor(t) => Some(t.dtype()),
         Value::Batched(b) if b.kind == Example::Tensor => dtype_of(&b.value),
-        Value::Staged(s) => s.dtype(),
+        Value::Staged(s) => Some(s.example.dtype()),
         _ => None,
     }
 }
@@ -229,10 +229,7 @@ pub fn underlying(v: &Value) -> Option<Rc<Tensor>> {
     match strip(v) {
         Value::Tensor(t) => Some(t),
         Value::Batched(b) => underlying(&b.value),
-        Value::Staged(s) => match &s.example {
-            Value::Tensor(t) => Some(t.clone()),
-            _ => None,
-        },
+        Value::Staged(s) => Some(s.example.clone()),
         _ => None,
     }
 }
@@ -462,7 +459,7 @@ pub fn is_tensor(v: &Value) -> bool {
     match strip(v) {
         Value::Tensor(_) => true,
         Value::Batched(b) => b.kind == Example::Tensor,
-        Value::Staged(s) => s.tensor().is_some(),
+        Value::Staged(_) => true,
         _ => false,
     }
 }

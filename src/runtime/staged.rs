@@ -2,15 +2,16 @@
 //! function whose operations emit nodes into the trace's IR instead of only computing. It
 //! has the value it takes on the call being traced (its example), from which its shape and
 //! dtype are read (a tracer by example: the first call's own numbers give every shape rule
-//! its operands): a tensor's `Staged` cell holds it, a Float's number the trace keeps. Nothing may branch on the example's numbers: the operations that would (a
-//! comparison, a Float pattern, I/O) refuse a traced value instead, so the staged program
-//! cannot bake one call's data into the next.
+//! its operands): a tensor's `Staged` cell holds it, a Float's number the trace keeps.
+//! Nothing may branch on the example's numbers: the operations that would (a comparison, a
+//! Float pattern, I/O) refuse a traced value instead, so the staged program cannot bake one
+//! call's data into the next.
 
-use super::value::Value;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
+use std::rc::Rc;
 
 /// A traced Float, held inline in its `Value` (`Value::StagedFloat`): no allocation per node.
-/// Its example's number is kept by the trace (`Trace::float_example`). A scalar trace is
+/// Its example's number is kept by the trace (`Trace::floats`, src/stage/trace.rs). A scalar trace is
 /// nearly all Floats (W1's first call makes 1.2M of them), where an `Rc` cell per traced
 /// value was about a tenth of the call's instructions (its allocation and its release).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -25,24 +26,6 @@ pub struct Staged {
     pub trace: u32,
     /// Its node in that trace's IR.
     pub node: u32,
-    /// A plain Float or tensor: this call's value.
-    pub example: Value,
-}
-
-impl Staged {
-    /// The example when it is a tensor (its shape, dtype and device are the node's).
-    pub fn tensor(&self) -> Option<&Tensor> {
-        match &self.example {
-            Value::Tensor(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    pub fn shape(&self) -> Vec<usize> {
-        self.tensor().map(|t| t.shape().to_vec()).unwrap_or_default()
-    }
-
-    pub fn dtype(&self) -> Option<DType> {
-        self.tensor().map(Tensor::dtype)
-    }
+    /// This call's value (its shape, dtype and device are the node's).
+    pub example: Rc<Tensor>,
 }

@@ -220,8 +220,8 @@ impl Value {
                 Example::Bool => "Bool",
                 Example::Int => "Int",
             },
-            Value::Staged(s) if s.tensor().is_some() => "Tensor",
-            Value::Staged(_) | Value::StagedFloat(_) => "Float",
+            Value::Staged(_) => "Tensor",
+            Value::StagedFloat(_) => "Float",
         }
     }
 }

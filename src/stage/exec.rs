@@ -396,9 +396,10 @@ impl Plan {
     pub fn new(prog: Program) -> Plan {
         let n = prog.nodes.len();
         let floats = Plan::new_floats(&prog);
-        let tensors = prog.kinds.iter().any(|k| matches!(k, Kind::Tensor(..)));
+        let tensors = prog.has_tensors();
         // Last readers decide when a tensor's slot may be moved out; a program of Floats
-        // alone keeps its values in `floats` and never asks (W1: 10 MB not written).
+        // alone keeps its values in `floats` and never asks (W1: a pass over 1.35M nodes and
+        // a 10 MB table saved).
         let last = if tensors { last_uses(&prog) } else { Vec::new() };
         // Runs of native operations (constants and inputs between them do not break a run).
         let mut runs: Vec<(usize, usize)> = Vec::new();

@@ -32,7 +32,7 @@ pub(super) fn readers(p: &Program) -> Vec<u32> {
 pub fn fuse(mut p: Program) -> Program {
     // Products, rows and chains are all tensor operations: a program of Floats alone (W1's
     // 1.35M nodes) has nothing here, and two passes over it would cost its first call ~3%.
-    if !p.kinds.iter().any(|k| matches!(k, Kind::Tensor(..))) {
+    if !p.has_tensors() {
         return p;
     }
     let n = p.nodes.len();

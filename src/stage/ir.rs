@@ -166,9 +166,13 @@ pub enum Kind {
 impl Kind {
     pub fn of(v: &Value) -> Kind {
         match v {
-            Value::Tensor(t) => Kind::Tensor(t.dtype(), Box::new(t.shape().to_vec())),
+            Value::Tensor(t) => Kind::of_tensor(t),
             _ => Kind::Float,
         }
+    }
+
+    pub fn of_tensor(t: &crate::tensor::Tensor) -> Kind {
+        Kind::Tensor(t.dtype(), Box::new(t.shape().to_vec()))
     }
 }
 
@@ -195,6 +199,11 @@ pub struct Program {
 }
 
 impl Program {
+    /// Whether any node is a tensor (else the program is Floats alone: W1's).
+    pub fn has_tensors(&self) -> bool {
+        self.kinds.iter().any(|k| matches!(k, Kind::Tensor(..)))
+    }
+
     /// The number of nodes that compute (neither inputs nor constants): what the
     /// optimisations shrink.
     pub fn work(&self) -> usize {

@@ -332,12 +332,12 @@ fn holds_perturbed(v: &Value, refs: &mut bool) -> bool {
 }
 
 /// `y` at `level` (see `Jit::seed`), walked in the order `Trace::finish` numbers outputs in.
-fn seed_leaves(y: &Value, level: u32, trace: &mut Trace, seeds: &mut Vec<(Rc<Tracked>, Value)>) -> Value {
-    let mut all = |vs: &[Value]| vs.iter().map(|v| seed_leaves(v, level, trace, seeds)).collect::<Vec<_>>();
-    match y {
+fn seed_leaves(y: &Value, level: u32, trace: &mut Trace, seeds: &mut Vec<(Rc<Tracked>, Value)>) -> FResult<Value> {
+    let mut all = |vs: &[Value]| vs.iter().map(|v| seed_leaves(v, level, trace, seeds)).collect::<FResult<Vec<_>>>();
+    Ok(match y {
         Value::Tracked(t) if t.tag == level => {
             if let Some(zero) = trace.zero_of(&t.primal) {
-                let adjoint = trace.input(zero);
+                let adjoint = trace.input(zero)?;
                 seeds.push((t.clone(), adjoint));
             }
             t.primal.clone()
@@ -345,19 +345,19 @@ fn seed_leaves(y: &Value, level: u32, trace: &mut Trace, seeds: &mut Vec<(Rc<Tra
         Value::Staged(_) | Value::StagedFloat(_) => {
             if let Some(zero) = trace.zero_of(y) {
                 // An output no tracked leaf reaches: its adjoint is an input nothing reads.
-                trace.input(zero);
+                trace.input(zero)?;
             }
             y.clone()
         }
-        Value::Tuple(vs) => Value::Tuple(Rc::new(all(vs))),
-        Value::Record(r) => Value::Record(Rc::new(RecordVal { names: r.names.clone(), values: all(&r.values) })),
+        Value::Tuple(vs) => Value::Tuple(Rc::new(all(vs)?)),
+        Value::Record(r) => Value::Record(Rc::new(RecordVal { names: r.names.clone(), values: all(&r.values)? })),
         Value::Nil | Value::Cons(_) => {
             let items: Vec<Value> = y.iter_list().cloned().collect();
-            Value::list(all(&items).into_iter())
+            Value::list(all(&items)?.into_iter())
         }
-        Value::Con(c) => Value::Con(Rc::new(ConVal { tag: c.tag, name: c.name.clone(), args: all(&c.args) })),
+        Value::Con(c) => Value::Con(Rc::new(ConVal { tag: c.tag, name: c.name.clone(), args: all(&c.args)? })),
         other => other.clone(),
-    }
+    })
 }
 
 fn native_note(plan: &exec::Plan) -> String {
@@ -465,7 +465,7 @@ impl Jit {
         flatten(x, &mut sig, &mut leaves)?;
         let mut trace = Trace::new(self.next_trace);
         self.next_trace += 1;
-        let mut traced: Vec<Value> = leaves.iter().map(|l| trace.input(l.clone())).collect();
+        let mut traced: Vec<Value> = leaves.iter().map(|l| trace.input(l.clone())).collect::<FResult<_>>()?;
         if let Some(v) = vjp.as_mut() {
             for (leaf, _) in traced.iter_mut().zip(&v.site.mask).filter(|(_, &tracked)| tracked) {
                 let cell = Rc::new(Tracked { tag: v.level, primal: std::mem::take(leaf), adj: RefCell::new(None) });
@@ -611,7 +611,7 @@ impl Jit {
         let p = self.pending.as_mut().ok_or_else(escaped)?;
         let vjp = p.vjp.as_mut().ok_or_else(|| Fault::internal("seeding a staged call that no grad differentiates"))?;
         let mut seeds = Vec::new();
-        let result = seed_leaves(y, vjp.level, &mut p.trace, &mut seeds);
+        let result = seed_leaves(y, vjp.level, &mut p.trace, &mut seeds)?;
         vjp.result = Some(result);
         Ok(seeds)
     }

@@ -122,28 +122,20 @@ fn next_same(nodes: &[Node], start: usize, end: usize) -> Vec<usize> {
     let mut latest = [usize::MAX; SMALL_SHAPES];
     let mut seen: super::opt::FxMap<Shape, usize> = Default::default();
     for i in (start..end).rev() {
-        let before = match small_shape(&nodes[i]) {
-            Some(k) => std::mem::replace(&mut latest[k], i),
-            None => shape(&nodes[i]).and_then(|s| seen.insert(s, i)).unwrap_or(usize::MAX),
+        next[i - start] = match shape(&nodes[i]) {
+            Some(Shape::Const) => std::mem::replace(&mut latest[0], i),
+            Some(Shape::Bin(p, 2)) => std::mem::replace(&mut latest[1 + p as usize], i),
+            Some(Shape::Un(u, 1)) => std::mem::replace(&mut latest[1 + 256 + u as usize], i),
+            Some(other) => seen.insert(other, i).unwrap_or(usize::MAX),
+            None => usize::MAX,
         };
-        next[i - start] = before;
     }
     next
 }
 
-/// How many numbers `small_shape` gives: a constant, then each `Prim` and each `Un` by their
-/// enums' numbers (each below 256).
+/// The slots of `next_same`'s array: a constant, then each binary `Prim` and each unary `Un`
+/// by their enums' numbers (each below 256).
 const SMALL_SHAPES: usize = 1 + 2 * 256;
-
-/// A constant's or an arithmetic node's shape (`shape`) as a number below `SMALL_SHAPES`.
-fn small_shape(node: &Node) -> Option<usize> {
-    match node {
-        Node::Const(_) => Some(0),
-        Node::Apply(Op::Bin(p), args) if args.len() == 2 => Some(1 + *p as u8 as usize),
-        Node::Apply(Op::Un(u), args) if args.len() == 1 => Some(1 + 256 + *u as u8 as usize),
-        _ => None,
-    }
-}
 
 /// The longest-running loop starting at `i`, trying the nearest repeats of node `i` as
 /// periods.

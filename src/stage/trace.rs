@@ -46,15 +46,21 @@ impl Trace {
         }
     }
 
-    fn push(&mut self, node: Node, example: Value) -> Value {
-        let node_id = self.nodes.len() as u32;
-        self.append(node, Kind::of(&example));
+    /// Appends `node`, whose value on this call is `example` (a Float or a tensor), and
+    /// returns it traced.
+    fn push(&mut self, node: Node, example: Value) -> FResult<Value> {
+        let id = self.nodes.len() as u32;
         match example {
             Value::Float(x) => {
+                self.append(node, Kind::Float);
                 *self.floats.last_mut().expect("appended") = x;
-                Value::StagedFloat(StagedFloat { trace: self.id, node: node_id })
+                Ok(Value::StagedFloat(StagedFloat { trace: self.id, node: id }))
             }
-            example => Value::Staged(Rc::new(Staged { trace: self.id, node: node_id, example })),
+            Value::Tensor(t) => {
+                self.append(node, Kind::of_tensor(&t));
+                Ok(Value::Staged(Rc::new(Staged { trace: self.id, node: id, example: t })))
+            }
+            other => Err(Fault::internal(format!("a traced {} (neither a Float nor a tensor)", other.type_name()))),
         }
     }
 
@@ -80,7 +86,7 @@ impl Trace {
     /// The zero of a traced value of this trace (the seed of an adjoint nothing reaches).
     pub fn zero_of(&self, v: &Value) -> Option<Value> {
         match v {
-            Value::Staged(s) if s.trace == self.id => Some(crate::ad::zero_like(&s.example)),
+            Value::Staged(s) if s.trace == self.id => Some(crate::ad::zero_like(&Value::Tensor(s.example.clone()))),
             Value::StagedFloat(s) if s.trace == self.id => Some(Value::Float(0.0)),
             _ => None,
         }
@@ -99,7 +105,7 @@ impl Trace {
     }
 
     /// A new input leaf with this call's value.
-    pub fn input(&mut self, example: Value) -> Value {
+    pub fn input(&mut self, example: Value) -> FResult<Value> {
         let k = self.inputs;
         self.inputs += 1;
         self.push(Node::Input(k), example)
@@ -117,8 +123,7 @@ impl Trace {
                 }
                 Value::Staged(s) if s.trace == self.id => {
                     ids.push(s.node);
-                    let example = s.example.clone();
-                    *a = example;
+                    *a = Value::Tensor(s.example.clone());
                 }
                 Value::Staged(_) | Value::StagedFloat(_) => return Err(escaped()),
                 Value::Float(x) => ids.push(self.constant(*x)),
@@ -136,7 +141,7 @@ impl Trace {
             (Op::Un(u), [Value::Float(x)]) => Value::Float(u.eval(*x)),
             _ => exec::apply(&op, args.into())?,
         };
-        Ok(self.push(Node::Apply(op, ids), y))
+        self.push(Node::Apply(op, ids), y)
     }
 
     /// The program whose result is `out`: its traced leaves become the outputs.
@@ -151,15 +156,15 @@ impl Trace {
             vs.iter().map(|x| self.template(x, outputs)).collect()
         };
         Ok(match v {
-            Value::Staged(s) if s.trace == self.id => {
-                outputs.push(s.node);
+            Value::Staged(_) | Value::StagedFloat(_) => {
+                let node = match v {
+                    Value::Staged(s) if s.trace == self.id => s.node,
+                    Value::StagedFloat(s) if s.trace == self.id => s.node,
+                    _ => return Err(escaped()),
+                };
+                outputs.push(node);
                 Template::Out(outputs.len() - 1)
             }
-            Value::StagedFloat(s) if s.trace == self.id => {
-                outputs.push(s.node);
-                Template::Out(outputs.len() - 1)
-            }
-            Value::Staged(_) | Value::StagedFloat(_) => return Err(escaped()),
             v if is_ad(v) => return Err(Fault::new(
                 "jit: the staged function's result is differentiated by a `grad` or `jvp` running outside the `jit`",
             )
