@@ -134,7 +134,7 @@ fn dispatch(
     let n = out.len();
     let mut prm = vec![u32_of(n, "a tensor's size")?];
     prm.extend_from_slice(words);
-    let pipeline = g.generated_pipeline(source(chain, reads), "chain")?;
+    let pipeline = g.generated_pipeline(ELEMENT_FNS, body(chain, reads), "chain")?;
     let prm = g.meta(&prm);
     let tensors: Vec<&wgpu::Buffer> = bound
         .iter()
@@ -149,12 +149,12 @@ fn dispatch(
     Ok(out)
 }
 
-/// The shader's WGSL: the element functions, the bindings (parameters [n, one word per
-/// operand], the result, the bound operands in order), and one thread's element.
-fn source(chain: &Chain, reads: &[Read]) -> String {
-    let mut s = String::with_capacity(ELEMENT_FNS.len() + 1024);
-    s.push_str(ELEMENT_FNS);
-    s.push_str("\n@group(0) @binding(0) var<storage, read> prm: array<u32>;\n");
+/// The shader's WGSL after the element functions (`ELEMENT_FNS`, which it calls): the bindings
+/// (parameters [n, one word per operand], the result, the bound operands in order), and one
+/// thread's element.
+fn body(chain: &Chain, reads: &[Read]) -> String {
+    let mut s = String::with_capacity(1024);
+    s.push_str("@group(0) @binding(0) var<storage, read> prm: array<u32>;\n");
     s.push_str("@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n");
     let mut binding = 2;
     for (k, r) in reads.iter().enumerate() {

@@ -15,6 +15,8 @@
 pub mod fused;
 pub mod kernels;
 pub mod ops;
+mod stats;
+mod submit;
 
 use crate::TResult;
 use ndarray::{ArrayD, IxDyn};
@@ -105,30 +107,46 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<(&'static str, &'static str), wgpu::ComputePipeline>>,
-    /// Pipelines of generated shaders (`fused`), by their source.
+    /// Pipelines of generated shaders (`fused`), by their source after the fixed prelude.
     generated: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     /// Parameter buffers by their words (`meta`): a loop dispatches the same shapes again.
     metas: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
     pending: Mutex<Pending>,
     pool: Mutex<Pool>,
+    /// Mappable buffers that small read-backs copy into, kept for the next read of their size
+    /// (a loop reads its loss back every step).
+    staging: Mutex<Vec<wgpu::Buffer>>,
     /// The first error wgpu reported outside an operation's own checks (validation, memory).
     error: Arc<Mutex<Option<String>>>,
+    /// `DP_GPU_STATS=1`: where the time goes (stats.rs).
+    stats: Option<Arc<Mutex<stats::Stats>>>,
+    submitter: submit::Submitter,
+    /// The most operations recorded before the pending encoder is submitted anyway.
+    batch: usize,
 }
 
 /// Commands recorded and not yet submitted. Consecutive dispatches share one compute pass
 /// (wgpu places the barriers between them that their buffers need); any other command ends it.
+///
+/// Submissions grow: after the GPU has drained (at a read-back) the next one goes after
+/// `FIRST_BATCH` operations, so the GPU starts while the CPU records the rest, and each one
+/// after doubles up to the largest batch, so a long run of operations pays for few
+/// submissions (a submission costs about 20 µs of CPU on an H200 through wgpu's Vulkan
+/// backend; bench/RESULTS.md).
 struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     ops: usize,
+    /// Operations after which the pending commands are submitted.
+    batch: usize,
 }
 
 impl Pending {
-    /// The encoder to submit (its pass ended), leaving nothing pending.
-    fn take(&mut self) -> Option<wgpu::CommandEncoder> {
-        self.pass = None;
+    /// The commands to submit, leaving nothing pending.
+    fn take(&mut self) -> Option<submit::Batch> {
         self.ops = 0;
-        self.encoder.take()
+        let pass = self.pass.take();
+        self.encoder.take().map(|encoder| submit::Batch { pass, encoder })
     }
 }
 
@@ -144,8 +162,15 @@ const POOL_LIMIT: u64 = 1 << 30;
 const GENERATED_LIMIT: usize = 512;
 /// Parameter buffers kept for reuse at most.
 const META_LIMIT: usize = 4096;
-/// Operations recorded before the pending encoder is submitted anyway.
+/// Read-back buffers kept for reuse at most, and the largest kept.
+const STAGING_LIMIT: usize = 8;
+const STAGING_MAX_BYTES: u64 = 1 << 20;
+
+/// The most operations recorded before the pending encoder is submitted anyway
+/// (`DP_GPU_BATCH` overrides it, to measure what a submission costs).
 const BATCH: usize = 64;
+/// The operations in the first submission after the GPU has drained.
+const FIRST_BATCH: usize = 8;
 
 static CONTEXT: OnceLock<TResult<Gpu>> = OnceLock::new();
 
@@ -202,7 +227,7 @@ fn create() -> TResult<Gpu> {
     let limits = adapter.limits();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("dp"),
-        required_features: wgpu::Features::empty(),
+        required_features: stats::features(adapter.features()),
         required_limits: limits.clone(),
         ..Default::default()
     }))
@@ -215,6 +240,9 @@ fn create() -> TResult<Gpu> {
             s.get_or_insert_with(|| e.to_string());
         }
     }));
+    let stats = stats::enabled().then(|| Arc::new(Mutex::new(stats::Stats::new(&device, &queue))));
+    let submitter = submit::Submitter::new(&device, &queue, stats.clone());
+    let batch = std::env::var("DP_GPU_BATCH").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(BATCH);
     Ok(Gpu {
         device,
         queue,
@@ -224,9 +252,13 @@ fn create() -> TResult<Gpu> {
         pipelines: Mutex::new(HashMap::new()),
         generated: Mutex::new(HashMap::new()),
         metas: Mutex::new(HashMap::new()),
-        pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0 }),
+        pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0, batch: FIRST_BATCH.min(batch) }),
         pool: Mutex::new(Pool::default()),
+        staging: Mutex::new(Vec::new()),
         error,
+        stats,
+        submitter,
+        batch,
     })
 }
 
@@ -335,6 +367,7 @@ impl Gpu {
                 return Ok(Arc::new(GpuBuffer { buf: Some(b), size }));
             }
         }
+        self.note(stats::Stats::new_buffer);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("dp tensor"),
             size,
@@ -375,6 +408,7 @@ impl Gpu {
         if metas.len() >= META_LIMIT {
             metas.clear();
         }
+        self.note(stats::Stats::new_meta);
         let b = self.meta_buffer(w);
         metas.insert(w.to_vec(), b.clone());
         b
@@ -386,6 +420,25 @@ impl Gpu {
             contents: bytemuck::cast_slice(words),
             usage: wgpu::BufferUsages::STORAGE,
         })
+    }
+
+    /// Applies `f` to the statistics when `DP_GPU_STATS=1`.
+    fn note(&self, f: impl FnOnce(&mut stats::Stats)) {
+        if let Some(mut s) = self.stats.as_ref().and_then(|s| s.lock().ok()) {
+            f(&mut s);
+        }
+    }
+
+    /// The clock's reading when statistics are kept, for `timed`.
+    fn clock(&self) -> Option<std::time::Instant> {
+        self.stats.as_ref().map(|_| std::time::Instant::now())
+    }
+
+    /// Adds the time since `start` (from `clock`) to `step`.
+    fn timed(&self, step: stats::Step, start: Option<std::time::Instant>) {
+        if let Some(t) = start {
+            self.note(|s| s.add(step, t));
+        }
     }
 
     /// The first error wgpu reported, if any (cleared).
@@ -434,23 +487,30 @@ impl Gpu {
         })
     }
 
-    /// The cached pipeline of the entry point `entry` of a generated shader (compiled the first
-    /// time its source is seen; at most `GENERATED_LIMIT` kept, the cache emptied when full).
-    pub fn generated_pipeline(&self, source: String, entry: &'static str) -> TResult<wgpu::ComputePipeline> {
+    /// The cached pipeline of the entry point `entry` of a generated shader, `prelude` (fixed
+    /// text: functions the body calls) followed by `body`, compiled the first time the body is
+    /// seen (at most `GENERATED_LIMIT` kept, the cache emptied when full). The cache is keyed
+    /// by the body alone: hashing the 8 KB prelude on every dispatch cost microseconds.
+    pub fn generated_pipeline(
+        &self,
+        prelude: &'static str,
+        body: String,
+        entry: &'static str,
+    ) -> TResult<wgpu::ComputePipeline> {
         let mut pipes = self.generated.lock().map_err(|_| "GPU pipeline cache poisoned")?;
-        if let Some(p) = pipes.get(&source) {
+        if let Some(p) = pipes.get(&body) {
             return Ok(p.clone());
         }
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(entry),
-            source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
+            source: wgpu::ShaderSource::Wgsl(format!("{prelude}\n{body}").into()),
         });
         let p = self.compute_pipeline(&module, entry);
         self.take_error().map_err(|e| format!("compiling a generated `{entry}` shader: {e}"))?;
         if pipes.len() >= GENERATED_LIMIT {
             pipes.clear();
         }
-        pipes.insert(source, p.clone());
+        pipes.insert(body, p.clone());
         Ok(p)
     }
 
@@ -501,27 +561,39 @@ impl Gpu {
             )
             .into());
         }
+        let start = self.clock();
+        let bind = self.bind_group(pipeline, buffers);
+        self.timed(stats::Step::Bind, start);
+        let start = self.clock();
+        let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
+        let Pending { encoder, pass, .. } = &mut *p;
+        let mut stats = self.stats.as_ref().and_then(|s| s.lock().ok());
+        let pass = pass.get_or_insert_with(|| {
+            let enc = encoder.get_or_insert_with(|| self.encoder());
+            let timestamp_writes = stats.as_mut().and_then(|s| s.pass_timestamps());
+            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes }).forget_lifetime()
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(x, y, z);
+        if let Some(s) = stats.as_mut() {
+            s.dispatch();
+        }
+        drop(stats);
+        self.timed(stats::Step::Record, start);
+        self.recorded(p)
+    }
+
+    /// The bind group of `buffers` for `pipeline`. (A cache of them by pipeline and buffers
+    /// was tried: in W6's staged step 366 of 428 missed, because the pool hands its buffers out
+    /// in a different order each step.)
+    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, buffers: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
             .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
             .collect();
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &layout,
-            entries: &entries,
-        });
-        let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
-        let Pending { encoder, pass, .. } = &mut *p;
-        let pass = pass.get_or_insert_with(|| {
-            let enc = encoder.get_or_insert_with(|| self.encoder());
-            enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
-                .forget_lifetime()
-        });
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(x, y, z);
-        self.recorded(p)
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
     }
 
     fn encoder(&self) -> wgpu::CommandEncoder {
@@ -540,24 +612,29 @@ impl Gpu {
     /// Counts one recorded operation; submits the pending commands every `BATCH` of them.
     fn recorded(&self, mut p: std::sync::MutexGuard<'_, Pending>) -> TResult<()> {
         p.ops += 1;
-        if p.ops >= BATCH {
-            let enc = p.take();
+        if p.ops >= p.batch {
+            p.batch = (p.batch * 2).min(self.batch);
+            let batch = p.take();
             drop(p);
-            if let Some(enc) = enc {
-                self.queue.submit([enc.finish()]);
-                // Let wgpu retire finished work and free what it no longer needs (non-blocking).
-                let _ = self.device.poll(wgpu::PollType::Poll);
+            if let Some(batch) = batch {
+                self.submitter.submit(batch);
             }
         }
         self.take_error()
     }
 
-    /// Submits whatever is pending.
-    pub fn flush(&self) -> TResult<()> {
-        let enc = self.pending.lock().map_err(|_| "GPU command queue poisoned")?.take();
-        if let Some(enc) = enc {
-            self.queue.submit([enc.finish()]);
+    /// Submits whatever is pending and returns once it has been submitted, before waiting
+    /// for the GPU to finish it all (so the next submission starts small again).
+    fn flush(&self) -> TResult<()> {
+        let batch = {
+            let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
+            p.batch = FIRST_BATCH.min(self.batch);
+            p.take()
+        };
+        if let Some(batch) = batch {
+            self.submitter.submit(batch);
         }
+        self.submitter.wait()?;
         self.take_error()
     }
 
@@ -568,14 +645,24 @@ impl Gpu {
         }
         trace(|| format!("read back {n} value{}", if n == 1 { "" } else { "s" }));
         let size = bytes_of(n);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("dp readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        let kept = self.staging.lock().ok().and_then(|mut kept| {
+            let i = kept.iter().position(|b| b.size() == size)?;
+            Some(kept.swap_remove(i))
         });
-        self.record(|enc| enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size))?;
+        let staging = kept.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("dp readback"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        self.record(|enc| {
+            enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+            self.note(|s| s.resolve(enc));
+        })?;
         self.flush()?;
+        let start = self.clock();
         let (tx, rx) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
@@ -586,11 +673,21 @@ impl Gpu {
             Ok(Err(e)) => return Err(format!("reading GPU memory: {e}").into()),
             Err(_) => return Err("reading GPU memory: the mapping never completed".to_string().into()),
         }
+        self.timed(stats::Step::Wait, start);
+        self.note(|s| s.report(&self.device));
         let out = {
             let view = staging.get_mapped_range(..).map_err(|e| format!("reading GPU memory: {e}"))?;
             bytemuck::cast_slice::<u8, f32>(&view)[..n].to_vec()
         };
         staging.unmap();
+        if size <= STAGING_MAX_BYTES {
+            if let Ok(mut kept) = self.staging.lock() {
+                if kept.len() >= STAGING_LIMIT {
+                    kept.remove(0);
+                }
+                kept.push(staging);
+            }
+        }
         self.take_error()?;
         Ok(out)
     }
