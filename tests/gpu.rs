@@ -720,6 +720,35 @@ fn gpu_staged_chains_run_as_one_generated_shader_each() {
     );
 }
 
+/// `DP_GPU_STATS=1` prints one line per read-back; a loop doing the same work each step settles
+/// into the same pooled buffers, so after a few steps it makes no new buffers and finds every
+/// bind group it needs already made (gpu/mod.rs, `Pool`).
+#[test]
+fn gpu_stats_show_a_loop_reusing_its_buffers_and_bind_groups() {
+    if !gpu() {
+        return;
+    }
+    let code = "let rec go i p = if i == 0 then () else\n\
+                \x20 (let g = grad (fun q -> sum (tanh (x @ q))) p in (pf (sum g); go (i - 1) (p - g * 0.01)))\n\
+                let () = go 12 w\n";
+    let r = dp_with("gpu", &format!("{PRELUDE}{code}"), &[("DP_GPU_STATS", "1")]);
+    assert!(r.ok, "{}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().filter(|l| l.starts_with("dp gpu stats: ")).collect();
+    assert!(lines.len() >= 12, "expected a stats line per read-back:\n{}", r.stderr);
+    for l in &lines {
+        assert!(l.contains(" dispatches, ") && l.contains(" submits, ") && l.contains("| wall "), "{l}");
+        assert!(l.contains("gpu: busy ") || l.contains("gpu: no timestamp queries"), "{l}");
+    }
+    for l in &lines[lines.len() - 3..] {
+        assert!(
+            l.contains(" 0 new buffers") && l.contains(" 0 new bind groups"),
+            "a settled step made new resources: {l}"
+        );
+    }
+    let plain = dp("gpu", &format!("{PRELUDE}{code}"));
+    assert_eq!(plain.stdout, r.stdout, "statistics changed the results");
+}
+
 #[test]
 fn gpu_large_elementwise_uses_a_2d_grid() {
     // 4100 × 4100 = 16,810,000 > 65,535 × 256 elements: more workgroups than one grid

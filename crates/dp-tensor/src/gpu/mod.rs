@@ -5,8 +5,11 @@
 //!   it is printed, converted to Floats or lists, compared, or saved (`download`).
 //! * Each operation family is one WGSL file under `shaders/`, embedded with `include_str!`;
 //!   a pipeline is compiled the first time its entry point is used and cached.
-//! * Work is recorded into one pending command encoder and submitted in batches (at the latest
-//!   when data is read back), so a chain of operations costs one submission.
+//! * Work is recorded into one pending command encoder and submitted in batches that start
+//!   small after a read-back and grow (`Pending`), on a thread of their own (`submit.rs`).
+//! * What a dispatch needs besides its pipeline is made once and kept: parameter buffers by
+//!   their words, bind groups by their buffers (the pool's order makes a loop's buffers repeat).
+//! * `DP_GPU_STATS=1` says where the time goes (`stats.rs`).
 //! * Dispatches of more than 65,535 workgroups use a 2-D grid; shaders linearise the
 //!   workgroup id (`wid.x + wid.y * num_workgroups.x`).
 //!
@@ -20,7 +23,7 @@ mod submit;
 
 use crate::TResult;
 use ndarray::{ArrayD, IxDyn};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use wgpu::util::DeviceExt;
@@ -111,6 +114,10 @@ pub struct Gpu {
     generated: Mutex<HashMap<String, wgpu::ComputePipeline>>,
     /// Parameter buffers by their words (`meta`): a loop dispatches the same shapes again.
     metas: Mutex<HashMap<Vec<u32>, wgpu::Buffer>>,
+    /// Bind groups by pipeline and buffers. Making one is most of a dispatch's CPU time (about
+    /// 4 µs on an H200's host), and a training loop binds the same buffers again each step
+    /// once the pool hands them out in a fixed order (`Pool`).
+    binds: Mutex<HashMap<BindKey, wgpu::BindGroup>>,
     pending: Mutex<Pending>,
     pool: Mutex<Pool>,
     /// Mappable buffers that small read-backs copy into, kept for the next read of their size
@@ -150,9 +157,22 @@ impl Pending {
     }
 }
 
+/// What a bind group binds: the pipeline (its layout) and each binding's buffer.
+#[derive(PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: wgpu::ComputePipeline,
+    buffers: Vec<(u32, wgpu::Buffer)>,
+}
+
+/// Free buffers by size. The lowest of a size (in wgpu's fixed order of buffers) is handed
+/// out first, not the last one freed: then a loop that allocates and frees the same way each
+/// step settles into the same buffers each step, and its bind groups are found in
+/// `Gpu::binds` (W6's staged step on lavapipe: 305, 196, 110, then 33 of its 428 bind groups
+/// new in steps 2 to 5, the 33 those of parameters that change each step; handed out
+/// last-freed-first, 215 were still new in step 10).
 #[derive(Default)]
 struct Pool {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    free: HashMap<u64, BTreeSet<wgpu::Buffer>>,
     bytes: u64,
 }
 
@@ -162,6 +182,8 @@ const POOL_LIMIT: u64 = 1 << 30;
 const GENERATED_LIMIT: usize = 512;
 /// Parameter buffers kept for reuse at most.
 const META_LIMIT: usize = 4096;
+/// Bind groups kept for reuse at most.
+const BIND_LIMIT: usize = 8192;
 /// Read-back buffers kept for reuse at most, and the largest kept.
 const STAGING_LIMIT: usize = 8;
 const STAGING_MAX_BYTES: u64 = 1 << 20;
@@ -252,6 +274,7 @@ fn create() -> TResult<Gpu> {
         pipelines: Mutex::new(HashMap::new()),
         generated: Mutex::new(HashMap::new()),
         metas: Mutex::new(HashMap::new()),
+        binds: Mutex::new(HashMap::new()),
         pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0, batch: FIRST_BATCH.min(batch) }),
         pool: Mutex::new(Pool::default()),
         staging: Mutex::new(Vec::new()),
@@ -286,8 +309,13 @@ impl Drop for GpuBuffer {
         if let Ok(mut pool) = g.pool.lock() {
             if pool.bytes + self.size <= POOL_LIMIT {
                 pool.bytes += self.size;
-                pool.free.entry(self.size).or_default().push(buf);
+                pool.free.entry(self.size).or_default().insert(buf);
+                return;
             }
+        }
+        // The buffer leaves the pool: cached bind groups must not keep its memory alive.
+        if let Ok(mut binds) = g.binds.lock() {
+            binds.clear();
         }
     }
 }
@@ -362,7 +390,7 @@ impl Gpu {
         let size = bytes_of(n);
         self.check_size(size)?;
         if let Ok(mut pool) = self.pool.lock() {
-            if let Some(b) = pool.free.get_mut(&size).and_then(Vec::pop) {
+            if let Some(b) = pool.free.get_mut(&size).and_then(|f| f.pop_first()) {
                 pool.bytes -= size;
                 return Ok(Arc::new(GpuBuffer { buf: Some(b), size }));
             }
@@ -562,7 +590,7 @@ impl Gpu {
             .into());
         }
         let start = self.clock();
-        let bind = self.bind_group(pipeline, buffers);
+        let bind = self.bind_group(pipeline, buffers)?;
         self.timed(stats::Step::Bind, start);
         let start = self.clock();
         let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
@@ -584,16 +612,37 @@ impl Gpu {
         self.recorded(p)
     }
 
-    /// The bind group of `buffers` for `pipeline`. (A cache of them by pipeline and buffers
-    /// was tried: in W6's staged step 366 of 428 missed, because the pool hands its buffers out
-    /// in a different order each step.)
-    fn bind_group(&self, pipeline: &wgpu::ComputePipeline, buffers: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+    /// The bind group of `buffers` for `pipeline`, made the first time the pair is seen (at
+    /// most `BIND_LIMIT` kept, the cache emptied when full or when a buffer leaves the pool).
+    fn bind_group(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        buffers: &[(u32, &wgpu::Buffer)],
+    ) -> TResult<wgpu::BindGroup> {
+        let key = BindKey {
+            pipeline: pipeline.clone(),
+            buffers: buffers.iter().map(|&(binding, b)| (binding, b.clone())).collect(),
+        };
+        let mut binds = self.binds.lock().map_err(|_| "GPU bind group cache poisoned")?;
+        if let Some(b) = binds.get(&key) {
+            return Ok(b.clone());
+        }
+        self.note(stats::Stats::new_bind);
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = buffers
             .iter()
             .map(|(binding, b)| wgpu::BindGroupEntry { binding: *binding, resource: b.as_entire_binding() })
             .collect();
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        if binds.len() >= BIND_LIMIT {
+            binds.clear();
+        }
+        binds.insert(key, bind.clone());
+        Ok(bind)
     }
 
     fn encoder(&self) -> wgpu::CommandEncoder {
@@ -623,18 +672,15 @@ impl Gpu {
         self.take_error()
     }
 
-    /// Submits whatever is pending and returns once it has been submitted, before waiting
-    /// for the GPU to finish it all (so the next submission starts small again).
+    /// Submits whatever is pending, after everything handed to the submission thread, before
+    /// waiting for the GPU to finish it all (so the next submission starts small again).
     fn flush(&self) -> TResult<()> {
         let batch = {
             let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
             p.batch = FIRST_BATCH.min(self.batch);
             p.take()
         };
-        if let Some(batch) = batch {
-            self.submitter.submit(batch);
-        }
-        self.submitter.wait()?;
+        self.submitter.submit_here(batch)?;
         self.take_error()
     }
 

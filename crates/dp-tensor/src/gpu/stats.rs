@@ -11,7 +11,7 @@
 //! sat idle between passes, waiting for the CPU to submit more. One line per read-back then says which home holds the time:
 //!
 //! ```text
-//! dp gpu stats: 51 dispatches, 1 submits, 0 new buffers, 0 new metas | wall 1843 us; cpu: bind 52,
+//! dp gpu stats: 51 dispatches, 1 submits, 0 new buffers, 0 new metas, 0 new bind groups | wall 1843 us; cpu: bind 52,
 //!   record 31, submit 40, poll 0, wait 1650 | gpu: busy 1702 us, span 1790, longest pass 1702,
 //!   1 timed passes
 //! ```
@@ -47,6 +47,7 @@ pub struct Stats {
     submits: u64,
     new_buffers: u64,
     new_metas: u64,
+    new_binds: u64,
     bind: Duration,
     record: Duration,
     submit: Duration,
@@ -123,6 +124,10 @@ impl Stats {
         self.new_metas += 1;
     }
 
+    pub fn new_bind(&mut self) {
+        self.new_binds += 1;
+    }
+
     pub fn dispatch(&mut self) {
         self.dispatches += 1;
     }
@@ -168,12 +173,13 @@ impl Stats {
             }
         };
         eprintln!(
-            "dp gpu stats: {} dispatches, {} submits, {} new buffers, {} new metas | wall {} us; cpu: bind {}, \
+            "dp gpu stats: {} dispatches, {} submits, {} new buffers, {} new metas, {} new bind groups | wall {} us; cpu: bind {}, \
              record {}, submit {}, poll {}, wait {} | {gpu}",
             self.dispatches,
             self.submits,
             self.new_buffers,
             self.new_metas,
+            self.new_binds,
             us(self.since.elapsed()),
             us(self.bind),
             us(self.record),
@@ -192,6 +198,7 @@ impl Stats {
             submits: 0,
             new_buffers: 0,
             new_metas: 0,
+            new_binds: 0,
             bind: Duration::ZERO,
             record: Duration::ZERO,
             submit: Duration::ZERO,
