@@ -25,7 +25,8 @@ pub struct Batch {
 }
 
 enum Job {
-    Submit(Batch),
+    /// Boxed: a pass and an encoder are hundreds of bytes, a channel slot holds the largest job.
+    Submit(Box<Batch>),
     /// Answered once every batch sent before it has been submitted.
     Sync(SyncSender<()>),
 }
@@ -59,7 +60,7 @@ impl Submitter {
             for job in rx {
                 match job {
                     Job::Submit(batch) => {
-                        worker.submit(batch);
+                        worker.submit(*batch);
                         submitted.fetch_add(1, Ordering::Release);
                     }
                     Job::Sync(done) => {
@@ -77,12 +78,12 @@ impl Submitter {
         let unsent = match jobs.lock() {
             Ok(tx) => {
                 self.sent.fetch_add(1, Ordering::Relaxed);
-                tx.send(Job::Submit(batch)).err().map(|e| e.0)
+                tx.send(Job::Submit(Box::new(batch))).err().map(|e| e.0)
             }
-            Err(_) => Some(Job::Submit(batch)),
+            Err(_) => Some(Job::Submit(Box::new(batch))),
         };
         if let Some(Job::Submit(batch)) = unsent {
-            self.target.submit(batch);
+            self.target.submit(*batch);
             self.done.fetch_add(1, Ordering::Release);
         }
     }
