@@ -60,6 +60,27 @@ fn store4(co: u32, r: u32, col: u32, m: u32, n: u32, v: vec4<f32>) {
     if (col + 2u < n) { c[o + 2u] = v.z; }
 }
 
+// The operands one thread stages for a step of K: 4 rows of A at one column, 4 columns of B
+// at one row.
+struct Staged {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn stage(ao: u32, bo: u32, m: u32, n: u32, k: u32, k0: u32, ar: u32, ak: u32, bk: u32, bc: u32) -> Staged {
+    let kc = k0 + ak;
+    let br = k0 + bk;
+    return Staged(
+        vec4<f32>(a_at(ao, ar, kc, m, k), a_at(ao, ar + 1u, kc, m, k), a_at(ao, ar + 2u, kc, m, k),
+                  a_at(ao, ar + 3u, kc, m, k)),
+        vec4<f32>(b_at(bo, br, bc, k, n), b_at(bo, br, bc + 1u, k, n), b_at(bo, br, bc + 2u, k, n),
+                  b_at(bo, br, bc + 3u, k, n)));
+}
+
+// The next step's operands are read from memory into registers before the current step is
+// computed, so their latency hides behind its multiply-adds (on an H200 that made 1024²
+// products 7–9% faster and W5's staged iteration 15%, with bit-identical results;
+// bench/RESULTS.md).
 @compute @workgroup_size(16, 16)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
           @builtin(local_invocation_index) li: u32) {
@@ -72,25 +93,24 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let co = z * m * n;
     let row0 = wid.y * TS;
     let col0 = wid.x * TS;
-    // Loading: A's rows 4q .. 4q + 3 at column ak; B's row bk at columns 4q .. 4q + 3.
     let ak = li % TK;
     let aq = li / TK;
     let bk = li / TQ;
     let bq = li % TQ;
+    let ar = row0 + 4u * aq;
+    let bc = col0 + 4u * bq;
+    var next = stage(ao, bo, m, n, k, 0u, ar, ak, bk, bc);
     var c0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
     var c3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
-        let ar = row0 + 4u * aq;
-        let kc = k0 + ak;
-        a4[ak * TQ + aq] = vec4<f32>(a_at(ao, ar, kc, m, k), a_at(ao, ar + 1u, kc, m, k),
-                                      a_at(ao, ar + 2u, kc, m, k), a_at(ao, ar + 3u, kc, m, k));
-        let br = k0 + bk;
-        let bc = col0 + 4u * bq;
-        b4[bk * TQ + bq] = vec4<f32>(b_at(bo, br, bc, k, n), b_at(bo, br, bc + 1u, k, n),
-                                      b_at(bo, br, bc + 2u, k, n), b_at(bo, br, bc + 3u, k, n));
+        a4[ak * TQ + aq] = next.a;
+        b4[bk * TQ + bq] = next.b;
         workgroupBarrier();
+        if (k0 + TK < k) {
+            next = stage(ao, bo, m, n, k, k0 + TK, ar, ak, bk, bc);
+        }
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
             let av = a4[kk * TQ + lid.y];
             let bv = b4[kk * TQ + lid.x];
