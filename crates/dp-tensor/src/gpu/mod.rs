@@ -130,6 +130,10 @@ pub struct Gpu {
     submitter: submit::Submitter,
     /// The most operations recorded before the pending encoder is submitted anyway.
     batch: usize,
+    /// How long a read-back polls for its answer before blocking (`wait_for`): `SPIN` on a
+    /// discrete GPU, none on others (on a CPU's Vulkan, lavapipe, polling would take a core
+    /// from the threads doing the work); `DP_GPU_SPIN_US` sets it.
+    spin: std::time::Duration,
 }
 
 /// Commands recorded and not yet submitted. Consecutive dispatches share one compute pass
@@ -193,6 +197,8 @@ const STAGING_MAX_BYTES: u64 = 1 << 20;
 const BATCH: usize = 64;
 /// The operations in the first submission after the GPU has drained.
 const FIRST_BATCH: usize = 8;
+/// How long a read-back polls on a discrete GPU before blocking.
+const SPIN: std::time::Duration = std::time::Duration::from_millis(2);
 
 static CONTEXT: OnceLock<TResult<Gpu>> = OnceLock::new();
 
@@ -265,6 +271,11 @@ fn create() -> TResult<Gpu> {
     let stats = stats::enabled().then(|| Arc::new(Mutex::new(stats::Stats::new(&device, &queue))));
     let submitter = submit::Submitter::new(&device, &queue, stats.clone());
     let batch = std::env::var("DP_GPU_BATCH").ok().and_then(|v| v.parse().ok()).filter(|&b| b > 0).unwrap_or(BATCH);
+    let spin = match std::env::var("DP_GPU_SPIN_US").ok().and_then(|v| v.parse().ok()) {
+        Some(us) => std::time::Duration::from_micros(us),
+        None if info.device_type == wgpu::DeviceType::DiscreteGpu => SPIN,
+        None => std::time::Duration::ZERO,
+    };
     Ok(Gpu {
         device,
         queue,
@@ -282,6 +293,7 @@ fn create() -> TResult<Gpu> {
         stats,
         submitter,
         batch,
+        spin,
     })
 }
 
@@ -684,6 +696,22 @@ impl Gpu {
         self.take_error()
     }
 
+    /// The answer of a `map_async` whose work has been submitted. On a discrete GPU it is
+    /// polled for, up to `spin`, before blocking: a blocking wait adds the operating system's
+    /// wake-up to every read-back, and a training loop reads its loss back every step.
+    fn wait_for<T>(&self, rx: &std::sync::mpsc::Receiver<T>) -> TResult<Result<T, std::sync::mpsc::RecvError>> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < self.spin {
+            if let Ok(answer) = rx.try_recv() {
+                return Ok(Ok(answer));
+            }
+            let _ = self.device.poll(wgpu::PollType::Poll);
+            std::hint::spin_loop();
+        }
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
+        Ok(rx.recv())
+    }
+
     /// Reads `n` floats of `buf` back to the host (waits for the work before it).
     pub fn read(&self, buf: &wgpu::Buffer, n: usize) -> TResult<Vec<f32>> {
         if n == 0 {
@@ -713,8 +741,7 @@ impl Gpu {
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| format!("waiting for the GPU: {e}"))?;
-        match rx.recv() {
+        match self.wait_for(&rx)? {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(format!("reading GPU memory: {e}").into()),
             Err(_) => return Err("reading GPU memory: the mapping never completed".to_string().into()),
