@@ -146,6 +146,41 @@ fn the_signature_cache_traces_once_per_signature() {
     assert!(log[7].starts_with("jit: trace #2 (float64 [3])"), "{}", log[7]);
 }
 
+/// `DP_JIT_LOG` shows an argument's structure, so two traces of one function say how their
+/// signatures differ: a tree's shape, a list's length, a record's fields, an Int.
+#[test]
+fn the_log_shows_the_structure_of_each_signature() {
+    let src = "type Tree = Leaf Float | Node Tree Tree\n\
+               let rec run w t = match t with | Leaf x -> tanh (w * x) | Node l r -> tanh (run w l + w * run w r)\n\
+               let j = jit (fun (w, t) -> run w t)\n\
+               let () = println (j (0.5, Node (Leaf 1.0) (Node (Leaf 2.0) (Leaf 3.0))))\n\
+               let () = println (j (0.5, Node (Node (Leaf 1.0) (Leaf 2.0)) (Leaf 3.0)))\n\
+               let () = println (j (0.7, Node (Node (Leaf 4.0) (Leaf 5.0)) (Leaf 6.0)))\n\
+               let k = jit (fun (r : { xs : List Float, n : Int }) -> float r.n * sum (tensor r.xs))\n\
+               let () = println (k { xs = [1.0, 2.0], n = -2 })\n\
+               let () = println (k { xs = [], n = 3 })\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out.len(), 5, "{out:?}");
+    assert_eq!(kinds(&log), ["trace", "trace", "hit", "trace", "trace"], "{log:#?}");
+    assert!(
+        log[0].starts_with("jit: trace #1 (Float, Node (Leaf Float) (Node (Leaf Float) (Leaf Float))) in"),
+        "{}",
+        log[0]
+    );
+    assert!(
+        log[1].starts_with("jit: trace #1 (Float, Node (Node (Leaf Float) (Leaf Float)) (Leaf Float)) in"),
+        "{}",
+        log[1]
+    );
+    assert!(
+        log[2].starts_with("jit: hit #1 (Float, Node (Node (Leaf Float) (Leaf Float)) (Leaf Float))"),
+        "{}",
+        log[2]
+    );
+    assert!(log[3].starts_with("jit: trace #2 ({n = -2, xs = [Float, Float]}) in"), "{}", log[3]);
+    assert!(log[4].starts_with("jit: trace #2 ({n = 3, xs = []}) in"), "{}", log[4]);
+}
+
 /// A whole training step under `jit`, Adam's update included: the optimiser's state is data
 /// (its step count a Float), so every step is the first step's signature, one trace and then
 /// hits, with the unstaged loop's numbers to the last digit.

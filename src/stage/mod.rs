@@ -66,7 +66,8 @@ enum Sig {
     Record(Rc<[Rc<str>]>),
     Nil,
     Cons,
-    Con(u32, usize),
+    /// A constructor: its tag, its number of arguments, and its name (for the log).
+    Con(u32, usize, Rc<str>),
 }
 
 struct Compiled {
@@ -236,7 +237,7 @@ fn flatten(x: &Value, sig: &mut Vec<Sig>, leaves: &mut Vec<Value>) -> FResult<()
             sig.push(Sig::Nil);
         }
         Value::Con(c) => {
-            sig.push(Sig::Con(c.tag, c.args.len()));
+            sig.push(Sig::Con(c.tag, c.args.len(), c.name.clone()));
             c.args.iter().try_for_each(|v| flatten(v, sig, leaves))?;
         }
         other => {
@@ -367,18 +368,91 @@ fn native_note(plan: &exec::Plan) -> String {
     }
 }
 
+/// The longest signature `DP_JIT_LOG` shows before cutting it short.
+const SHOWN_SIG: usize = 240;
+
+/// A signature as `DP_JIT_LOG` shows it: the argument's structure in dp's syntax with its
+/// Floats and tensors by kind (`(Float, Node (Leaf Float) (Leaf Float))`), so that two
+/// traces differing only in a constructor, a list's length or an Int read differently.
 fn show_sig(sig: &[Sig]) -> String {
-    let leaves: Vec<String> = sig
-        .iter()
-        .filter_map(|s| match s {
-            Sig::Float => Some("Float".to_string()),
-            Sig::Tensor(d, s, _) => Some(format!("{} {}", d.name(), crate::tensor::fmt_shape(s))),
-            Sig::Int(n) => Some(n.to_string()),
-            Sig::Bool(b) => Some(b.to_string()),
-            _ => None,
-        })
-        .collect();
-    format!("({})", leaves.join(", "))
+    let mut out = String::new();
+    let mut at = 0;
+    match sig.first() {
+        // A tuple argument's parentheses are the line's own.
+        Some(Sig::Tuple(n)) => {
+            at = 1;
+            show_items(sig, &mut at, *n, &mut out);
+        }
+        _ => show_item(sig, &mut at, false, &mut out),
+    }
+    if out.chars().count() > SHOWN_SIG {
+        out = out.chars().take(SHOWN_SIG).collect::<String>() + "…";
+    }
+    format!("({out})")
+}
+
+fn show_items(sig: &[Sig], at: &mut usize, n: usize, out: &mut String) {
+    for i in 0..n {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        show_item(sig, at, false, out);
+    }
+}
+
+/// The item at `at` and those it holds; `arg`: it is a constructor's argument, so an item of
+/// several words goes in parentheses.
+fn show_item(sig: &[Sig], at: &mut usize, arg: bool, out: &mut String) {
+    let Some(item) = sig.get(*at) else { return };
+    *at += 1;
+    let (open, close) = if arg { ("(", ")") } else { ("", "") };
+    match item {
+        Sig::Unit => out.push_str("()"),
+        Sig::Bool(b) => out.push_str(&b.to_string()),
+        Sig::Int(n) if *n < 0 && arg => out.push_str(&format!("({n})")),
+        Sig::Int(n) => out.push_str(&n.to_string()),
+        Sig::Str(s) => out.push_str(&format!("{:?}", s.as_str())),
+        Sig::Float => out.push_str("Float"),
+        Sig::Tensor(d, shape, _) => {
+            out.push_str(&format!("{open}{} {}{close}", d.name(), crate::tensor::fmt_shape(shape)))
+        }
+        Sig::Tuple(n) => {
+            out.push('(');
+            show_items(sig, at, *n, out);
+            out.push(')');
+        }
+        Sig::Record(names) => {
+            out.push('{');
+            for (i, name) in names.iter().enumerate() {
+                out.push_str(if i > 0 { ", " } else { "" });
+                out.push_str(&format!("{name} = "));
+                show_item(sig, at, false, out);
+            }
+            out.push('}');
+        }
+        Sig::Nil => out.push_str("[]"),
+        Sig::Cons => {
+            out.push('[');
+            show_item(sig, at, false, out);
+            while let Some(Sig::Cons) = sig.get(*at) {
+                *at += 1;
+                out.push_str(", ");
+                show_item(sig, at, false, out);
+            }
+            *at += 1; // the list's Nil
+            out.push(']');
+        }
+        Sig::Con(_, 0, name) => out.push_str(name),
+        Sig::Con(_, n, name) => {
+            out.push_str(open);
+            out.push_str(name);
+            for _ in 0..*n {
+                out.push(' ');
+                show_item(sig, at, true, out);
+            }
+            out.push_str(close);
+        }
+    }
 }
 
 impl Jit {
