@@ -530,7 +530,7 @@ impl Gpu {
     /// The cached pipeline of the entry point `entry` of a generated shader, `prelude` (fixed
     /// text: functions the body calls) followed by `body`, compiled the first time the body is
     /// seen (at most `GENERATED_LIMIT` kept, the cache emptied when full). The cache is keyed
-    /// by the body alone: hashing the 8 KB prelude on every dispatch cost microseconds.
+    /// by the body alone, so a dispatch does not hash and compare the 8 KB prelude each time.
     pub fn generated_pipeline(
         &self,
         prelude: &'static str,
@@ -661,8 +661,8 @@ impl Gpu {
         self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
     }
 
-    /// Records commands other than dispatches into the pending encoder (submitted every
-    /// `BATCH` operations).
+    /// Records commands other than dispatches into the pending encoder (ending its compute
+    /// pass).
     pub fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> TResult<()> {
         let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
         p.pass = None;
@@ -670,7 +670,8 @@ impl Gpu {
         self.recorded(p)
     }
 
-    /// Counts one recorded operation; submits the pending commands every `BATCH` of them.
+    /// Counts one recorded operation; hands the pending commands to the submission thread
+    /// when the current batch is full, and lets the next batch be twice as long (`Pending`).
     fn recorded(&self, mut p: std::sync::MutexGuard<'_, Pending>) -> TResult<()> {
         p.ops += 1;
         if p.ops >= p.batch {
