@@ -181,6 +181,36 @@ fn the_log_shows_the_structure_of_each_signature() {
     assert!(log[4].starts_with("jit: trace #2 ({n = 3, xs = []}) in"), "{}", log[4]);
 }
 
+/// A staged function whose signature changes on every call (an Int it branches on, here; a
+/// tree's shape in a recursive model) runs unstaged once 32 traces have bought fewer than 16
+/// hits; one whose signatures repeat keeps being staged however many it has.
+#[test]
+fn a_function_whose_signatures_keep_changing_runs_unstaged() {
+    let src = "let f (x, n) = if n % 2 == 0 then x * float n else x - float n\n\
+               let j = jit f\n\
+               let rec go n acc = if n == 40 then acc else go (n + 1) (acc + j (1.5, n) - f (1.5, n))\n\
+               let () = println (go 0 0.0)\n\
+               let k = jit (fun p -> f p)\n\
+               let rec twice n acc = if n == 40 then acc else twice (n + 1) (acc + k (0.5, n) + k (0.5, n))\n\
+               let () = println (twice 0 0.0)\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(out[0], "0.0", "staged and unstaged calls differ: {out:?}");
+    let of = |id: &str| {
+        log.iter().filter(|l| l.contains(id)).map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect::<Vec<_>>()
+    };
+    let j = of("#1");
+    assert_eq!(j.iter().filter(|k| **k == "trace").count(), 32, "{log:#?}");
+    assert_eq!(j.iter().filter(|k| **k == "inline").count(), 8, "{log:#?}");
+    assert!(
+        log.iter().any(|l| l == "jit: #1: 32 signatures traced and 0 calls hit; its later calls run unstaged"),
+        "{log:#?}"
+    );
+    let k = of("#2");
+    assert_eq!(k.iter().filter(|k| **k == "trace").count(), 40, "{log:#?}");
+    assert_eq!(k.iter().filter(|k| **k == "hit").count(), 40, "{log:#?}");
+    assert!(!k.contains(&"inline"), "{log:#?}");
+}
+
 /// A whole training step under `jit`, Adam's update included: the optimiser's state is data
 /// (its step count a Float), so every step is the first step's signature, one trace and then
 /// hits, with the unstaged loop's numbers to the last digit.

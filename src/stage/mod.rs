@@ -47,6 +47,11 @@ pub use trace::escaped;
 const SIGNATURES_PER_FUNCTION: usize = 8;
 /// ... and this many staged functions.
 const FUNCTIONS: usize = 64;
+/// A staged function traced this many times whose calls have hit its cache fewer than half
+/// as many times runs unstaged from then on: its signatures keep changing (a recursive function over
+/// many different trees, say), and tracing and compiling each call cost far more than running
+/// it (300 trees: 36 s staged, 0.3 s unstaged, before this rule).
+const TRACES_BEFORE_UNSTAGED: u64 = 32;
 
 /// Why a call whose argument is perturbed runs unstaged (`DP_JIT_LOG`), but for a capture.
 const UNSTAGED: &str = "the argument is differentiated by nested levels or a `jvp`, or batched, outside the jit";
@@ -93,6 +98,11 @@ struct Function {
     /// Whether `f` is known to capture no value an outer level perturbs (it captures no
     /// reference, so that cannot change).
     captures_plain: bool,
+    /// Signatures traced and calls that found theirs compiled (`TRACES_BEFORE_UNSTAGED`).
+    traces: u64,
+    hits: u64,
+    /// Set when the cache does not pay: every call runs `f` as it is.
+    unstaged: bool,
 }
 
 /// The argument of a call an outer `grad` differentiates: its values at that level, and the
@@ -516,7 +526,13 @@ impl Jit {
         self.clock += 1;
         let Some(func) = self.functions.get_mut(&key_of(f)) else { return Ok(Call::Trace) };
         func.used = self.clock;
+        if func.unstaged {
+            let id = func.id;
+            self.note(|| format!("inline #{id} {} (unstaged: its signatures keep changing)", show_sig(&sig)));
+            return Ok(Call::Inline);
+        }
         let Some(at) = func.compiled.iter().position(|c| c.sig == sig) else { return Ok(Call::Trace) };
+        func.hits += 1;
         // Least recently used last out: the hit moves to the back.
         if let Some(c) = func.compiled.remove(at) {
             func.compiled.push_back(c);
@@ -585,8 +601,17 @@ impl Jit {
             func.compiled.pop_front();
         }
         func.compiled.push_back(Compiled { sig, plan: plan.clone() });
+        func.traces += 1;
+        let gave_up = func.traces >= TRACES_BEFORE_UNSTAGED && func.hits * 2 < func.traces;
+        let (traces, hits) = (func.traces, func.hits);
+        func.unstaged |= gave_up;
         self.show(vec![(heading, plan)]);
         self.note(|| line);
+        if gave_up {
+            self.note(|| {
+                format!("#{id}: {traces} signatures traced and {hits} calls hit; its later calls run unstaged")
+            });
+        }
         Ok(Call::Done(result?))
     }
 
@@ -609,6 +634,9 @@ impl Jit {
             compiled: VecDeque::new(),
             vjps: VecDeque::new(),
             captures_plain: false,
+            traces: 0,
+            hits: 0,
+            unstaged: false,
         });
         func.used = self.clock;
         func
