@@ -192,9 +192,14 @@ fn a_function_whose_signatures_keep_changing_runs_unstaged() {
                let () = println (go 0 0.0)\n\
                let k = jit (fun p -> f p)\n\
                let rec twice n acc = if n == 40 then acc else twice (n + 1) (acc + k (0.5, n) + k (0.5, n))\n\
-               let () = println (twice 0 0.0)\n";
+               let () = println (twice 0 0.0)\n\
+               let h = jit (fun p -> f p)\n\
+               let rec under n acc = if n == 40 then acc else\n\
+               \x20 under (n + 1) (acc + grad (fun x -> h (x, n)) 1.5 - grad (fun x -> f (x, n)) 1.5)\n\
+               let () = println (under 0 0.0)\n";
     let (out, log) = jit_log(src);
     assert_eq!(out[0], "0.0", "staged and unstaged calls differ: {out:?}");
+    assert_eq!(out[2], "0.0", "staged and unstaged derivatives differ: {out:?}");
     let of = |id: &str| {
         log.iter().filter(|l| l.contains(id)).map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect::<Vec<_>>()
     };
@@ -209,6 +214,13 @@ fn a_function_whose_signatures_keep_changing_runs_unstaged() {
     assert_eq!(k.iter().filter(|k| **k == "trace").count(), 40, "{log:#?}");
     assert_eq!(k.iter().filter(|k| **k == "hit").count(), 40, "{log:#?}");
     assert!(!k.contains(&"inline"), "{log:#?}");
+    // Under `grad` the calls are staged as primitives of the `grad` (their own cache), and
+    // the same rule holds.
+    let h = of("#3");
+    assert_eq!(h.iter().filter(|k| **k == "trace").count(), 32, "{log:#?}");
+    assert_eq!(h.iter().filter(|k| **k == "inline").count(), 8, "{log:#?}");
+    let traces: Vec<&String> = log.iter().filter(|l| l.starts_with("jit: trace #3 ")).collect();
+    assert!(traces.len() == 32 && traces.iter().all(|l| l.contains(" under grad ")), "{log:#?}");
 }
 
 /// A whole training step under `jit`, Adam's update included: the optimiser's state is data

@@ -105,6 +105,17 @@ struct Function {
     unstaged: bool,
 }
 
+impl Function {
+    /// Counts a trace (for either cache); `Some((traces, hits))` when the function has just
+    /// been found not to pay for its tracing, and runs unstaged from now on.
+    fn count_trace(&mut self) -> Option<(u64, u64)> {
+        self.traces += 1;
+        let gave_up = !self.unstaged && self.traces >= TRACES_BEFORE_UNSTAGED && self.hits * 2 < self.traces;
+        self.unstaged |= gave_up;
+        gave_up.then_some((self.traces, self.hits))
+    }
+}
+
 /// The argument of a call an outer `grad` differentiates: its values at that level, and the
 /// cells of the leaves it tracks.
 pub struct VjpSite {
@@ -512,6 +523,13 @@ impl Jit {
         if self.tracing() {
             return Ok(Call::Inline);
         }
+        self.clock += 1;
+        if let Some(func) = self.functions.get_mut(&key_of(f)).filter(|func| func.unstaged) {
+            func.used = self.clock;
+            let id = func.id;
+            self.note(|| format!("inline #{id} (unstaged: its signatures keep changing)"));
+            return Ok(Call::Inline);
+        }
         if perturbed(x) {
             return match grad.ok_or(UNSTAGED).and_then(|tag| self.vjp_site(f, x, tag)) {
                 Ok(site) => self.call_vjp(f, site),
@@ -523,14 +541,8 @@ impl Jit {
         }
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
         flatten(x, &mut sig, &mut leaves)?;
-        self.clock += 1;
         let Some(func) = self.functions.get_mut(&key_of(f)) else { return Ok(Call::Trace) };
         func.used = self.clock;
-        if func.unstaged {
-            let id = func.id;
-            self.note(|| format!("inline #{id} {} (unstaged: its signatures keep changing)", show_sig(&sig)));
-            return Ok(Call::Inline);
-        }
         let Some(at) = func.compiled.iter().position(|c| c.sig == sig) else { return Ok(Call::Trace) };
         func.hits += 1;
         // Least recently used last out: the hit moves to the back.
@@ -601,18 +613,20 @@ impl Jit {
             func.compiled.pop_front();
         }
         func.compiled.push_back(Compiled { sig, plan: plan.clone() });
-        func.traces += 1;
-        let gave_up = func.traces >= TRACES_BEFORE_UNSTAGED && func.hits * 2 < func.traces;
-        let (traces, hits) = (func.traces, func.hits);
-        func.unstaged |= gave_up;
+        let gave_up = func.count_trace();
         self.show(vec![(heading, plan)]);
         self.note(|| line);
-        if gave_up {
+        self.note_unstaged(id, gave_up);
+        Ok(Call::Done(result?))
+    }
+
+    /// Says in the log that function `id`, just traced, runs unstaged from now on.
+    fn note_unstaged(&self, id: usize, gave_up: Option<(u64, u64)>) {
+        if let Some((traces, hits)) = gave_up {
             self.note(|| {
                 format!("#{id}: {traces} signatures traced and {hits} calls hit; its later calls run unstaged")
             });
         }
-        Ok(Call::Done(result?))
     }
 
     /// The cache entry of the function keyed `key`, made (and another evicted) if need be.
@@ -677,12 +691,12 @@ impl Jit {
     fn call_vjp(&mut self, f: &Value, site: VjpSite) -> FResult<Call> {
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
         flatten(&site.x, &mut sig, &mut leaves)?;
-        self.clock += 1;
         let Some(func) = self.functions.get_mut(&key_of(f)) else { return Ok(Call::TraceVjp(site)) };
         func.used = self.clock;
         let Some(at) = func.vjps.iter().position(|c| c.sig == sig && c.mask == site.mask) else {
             return Ok(Call::TraceVjp(site));
         };
+        func.hits += 1;
         if let Some(c) = func.vjps.remove(at) {
             func.vjps.push_back(c);
         }
@@ -754,8 +768,10 @@ impl Jit {
             func.vjps.pop_front();
         }
         func.vjps.push_back(CompiledVjp { sig, mask: site.mask, vjp });
+        let gave_up = func.count_trace();
         self.show(shown);
         self.note(|| line);
+        self.note_unstaged(id, gave_up);
         let (y, frame) = called?;
         Ok(Call::Record { y, tag: site.tag, frame })
     }
