@@ -197,6 +197,12 @@ const STAGING_MAX_BYTES: u64 = 1 << 20;
 const BATCH: usize = 64;
 /// The operations in the first submission after the GPU has drained.
 const FIRST_BATCH: usize = 8;
+/// The operations in the first submission after the GPU has drained, where `largest` is the
+/// most in any submission (`DP_GPU_BATCH` may set it below `FIRST_BATCH`).
+fn first_batch(largest: usize) -> usize {
+    FIRST_BATCH.min(largest)
+}
+
 /// How long a read-back polls on a discrete GPU before blocking.
 const SPIN: std::time::Duration = std::time::Duration::from_millis(2);
 
@@ -286,7 +292,7 @@ fn create() -> TResult<Gpu> {
         generated: Mutex::new(HashMap::new()),
         metas: Mutex::new(HashMap::new()),
         binds: Mutex::new(HashMap::new()),
-        pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0, batch: FIRST_BATCH.min(batch) }),
+        pending: Mutex::new(Pending { encoder: None, pass: None, ops: 0, batch: first_batch(batch) }),
         pool: Mutex::new(Pool::default()),
         staging: Mutex::new(Vec::new()),
         error,
@@ -690,7 +696,7 @@ impl Gpu {
     fn flush(&self) -> TResult<()> {
         let batch = {
             let mut p = self.pending.lock().map_err(|_| "GPU command queue poisoned")?;
-            p.batch = FIRST_BATCH.min(self.batch);
+            p.batch = first_batch(self.batch);
             p.take()
         };
         self.submitter.submit_here(batch)?;

@@ -40,8 +40,14 @@ pub fn features(adapter: wgpu::Features) -> wgpu::Features {
     }
 }
 
-/// What happened since the last read-back.
+/// What happened since the last read-back, and the timer that outlives each report.
 pub struct Stats {
+    counts: Counters,
+    timer: Option<Timer>,
+}
+
+/// The counts and CPU times one report prints; a new one starts at every read-back.
+struct Counters {
     since: Instant,
     dispatches: u64,
     submits: u64,
@@ -53,7 +59,24 @@ pub struct Stats {
     submit: Duration,
     poll: Duration,
     wait: Duration,
-    timer: Option<Timer>,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            since: Instant::now(),
+            dispatches: 0,
+            submits: 0,
+            new_buffers: 0,
+            new_metas: 0,
+            new_binds: 0,
+            bind: Duration::ZERO,
+            record: Duration::ZERO,
+            submit: Duration::ZERO,
+            poll: Duration::ZERO,
+            wait: Duration::ZERO,
+        }
+    }
 }
 
 /// Timestamp queries written at each pass's start and end, resolved at the read-back.
@@ -99,37 +122,38 @@ impl Stats {
                 period_ns: queue.get_timestamp_period() as f64,
             }
         });
-        Stats { timer, ..Stats::empty() }
+        Stats { counts: Counters::default(), timer }
     }
 
     pub fn add(&mut self, step: Step, since: Instant) {
         let d = since.elapsed();
+        let c = &mut self.counts;
         match step {
-            Step::Bind => self.bind += d,
-            Step::Record => self.record += d,
+            Step::Bind => c.bind += d,
+            Step::Record => c.record += d,
             Step::Submit => {
-                self.submit += d;
-                self.submits += 1;
+                c.submit += d;
+                c.submits += 1;
             }
-            Step::Poll => self.poll += d,
-            Step::Wait => self.wait += d,
+            Step::Poll => c.poll += d,
+            Step::Wait => c.wait += d,
         }
     }
 
     pub fn new_buffer(&mut self) {
-        self.new_buffers += 1;
+        self.counts.new_buffers += 1;
     }
 
     pub fn new_meta(&mut self) {
-        self.new_metas += 1;
+        self.counts.new_metas += 1;
     }
 
     pub fn new_bind(&mut self) {
-        self.new_binds += 1;
+        self.counts.new_binds += 1;
     }
 
     pub fn dispatch(&mut self) {
-        self.dispatches += 1;
+        self.counts.dispatches += 1;
     }
 
     /// The timestamps for a new pass to write, when there is room for them.
@@ -172,40 +196,23 @@ impl Stats {
                 }
             }
         };
+        let c = &self.counts;
         eprintln!(
             "dp gpu stats: {} dispatches, {} submits, {} new buffers, {} new metas, {} new bind groups | wall {} us; cpu: bind {}, \
              record {}, submit {}, poll {}, wait {} | {gpu}",
-            self.dispatches,
-            self.submits,
-            self.new_buffers,
-            self.new_metas,
-            self.new_binds,
-            us(self.since.elapsed()),
-            us(self.bind),
-            us(self.record),
-            us(self.submit),
-            us(self.poll),
-            us(self.wait),
+            c.dispatches,
+            c.submits,
+            c.new_buffers,
+            c.new_metas,
+            c.new_binds,
+            us(c.since.elapsed()),
+            us(c.bind),
+            us(c.record),
+            us(c.submit),
+            us(c.poll),
+            us(c.wait),
         );
-        let timer = self.timer.take();
-        *self = Stats { timer, ..Stats::empty() };
-    }
-
-    fn empty() -> Stats {
-        Stats {
-            since: Instant::now(),
-            dispatches: 0,
-            submits: 0,
-            new_buffers: 0,
-            new_metas: 0,
-            new_binds: 0,
-            bind: Duration::ZERO,
-            record: Duration::ZERO,
-            submit: Duration::ZERO,
-            poll: Duration::ZERO,
-            wait: Duration::ZERO,
-            timer: None,
-        }
+        self.counts = Counters::default();
     }
 }
 

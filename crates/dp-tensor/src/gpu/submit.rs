@@ -1,9 +1,10 @@
 //! Submissions off the interpreter's thread.
 //!
 //! Ending a compute pass, finishing its encoder and submitting it is where wgpu validates and
-//! encodes each recorded dispatch: about 5 µs a dispatch on an H200's host (`DP_GPU_STATS=1`),
-//! so a staged W6 step spent 2 of its 6 ms submitting while the GPU sat idle (it was busy
-//! 2.3 ms of them; bench/RESULTS.md). One thread does that work, in the order the batches
+//! encodes each recorded dispatch: a staged W6 step (428 dispatches) spent about 2 of its 6 ms
+//! submitting on an H200's host while the GPU sat idle (it was busy 2.3 ms of them;
+//! `DP_GPU_STATS=1`, bench/RESULTS.md) — about 5 µs a dispatch on average, a quotient, not a
+//! per-dispatch timing. One thread does that work, in the order the batches
 //! were recorded, while the interpreter records the next ones. A read-back waits for the
 //! thread to have submitted everything before it, then submits its own batch itself
 //! (`submit_here`).
