@@ -268,7 +268,7 @@ fn map_floats(v: &Value, f: fn(f64) -> f64) -> Option<FResult<Value>> {
     match v {
         Value::Batched(b) => Some(map_floats(&b.value, f)?.map(|inner| batched(b.tag, inner, b.axis, b.kind))),
         Value::Tensor(t) => Some((|| {
-            let data = t.to_f64s().into_iter().map(f).collect();
+            let data = t.to_f64s()?.into_iter().map(f).collect();
             let out = crate::tensor::Tensor::from_f64s(t.shape(), data)?.astype(t.dtype())?;
             let out = crate::runtime::tensor::wrap(out);
             if t.device() == crate::tensor::Device::Cpu {
@@ -526,7 +526,7 @@ pub fn int_of<H: Host>(m: &mut H, x: &Value) -> FResult<Value> {
     // The whole stack (with any outer batch levels) holds exactly the examples' values.
     if let Some(t) = super::underlying(&v) {
         let fits = |x: &f64| (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(x);
-        if let Some(bad) = t.to_f64s().into_iter().find(|x| !fits(x)) {
+        if let Some(bad) = t.to_f64s()?.into_iter().find(|x| !fits(x)) {
             return Err(Fault::new(format!("cannot convert {} to Int", crate::runtime::value::fmt_float(bad))));
         }
     }

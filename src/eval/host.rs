@@ -50,7 +50,7 @@ impl Host for Machine {
         if out.cpu().is_none() {
             return Ok(false);
         }
-        let Some(out) = out.f32s_mut() else { return Ok(false) };
+        let Some(out) = out.f32s_mut()? else { return Ok(false) };
         Ok(cpu::product_into(out, x, tx, y, ty, beta).is_ok())
     }
     fn product(&mut self, shape: &[usize], x: &Tensor, tx: bool, y: &Tensor, ty: bool) -> FResult<Option<Tensor>> {

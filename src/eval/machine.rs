@@ -1675,9 +1675,9 @@ pub fn values_equal(a: &Value, b: &Value) -> FResult<bool> {
             }
             (Tensor(p), Tensor(q)) => {
                 // Equal values of any dtypes (`tensor [1] == tensor [1.0]`), as `==` on Floats.
-                let same = match (p.f32s(), q.f32s()) {
+                let same = match (p.f32s()?, q.f32s()?) {
                     (Some(a), Some(b)) => a == b,
-                    _ => p.to_f64s() == q.to_f64s(),
+                    _ => p.to_f64s()? == q.to_f64s()?,
                 };
                 if p.shape() != q.shape() || !same {
                     return Ok(false);

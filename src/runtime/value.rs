@@ -422,9 +422,16 @@ fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
             DType::Bool => format!("{}", x != 0.0),
         }
     };
+    // Only a GPU tensor's read-back can fail; the value still prints, saying why it could not.
+    let values = match t.to_f64s() {
+        Ok(values) => values,
+        Err(e) => {
+            let _ = write!(out, "<tensor {}: {e}>", crate::tensor::fmt_shape(shape));
+            return;
+        }
+    };
     if t.len() > 1000 {
         let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
-        let values = t.to_f64s();
         for &x in &values {
             lo = lo.min(x);
             hi = hi.max(x);
@@ -451,7 +458,7 @@ fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
         // int64 beyond 2^53 prints exactly.
         (Some(a), _) => a.iter().map(|x| x.to_string()).collect(),
         (_, Some(a)) => a.iter().map(|x| x.to_string()).collect(),
-        _ => t.to_f64s().into_iter().map(element).collect(),
+        _ => values.into_iter().map(element).collect(),
     };
     if let ([], Some(x)) = (shape, data.first()) {
         // A 0-d tensor reads like a constructor argument: `tensor (-0.5)`.

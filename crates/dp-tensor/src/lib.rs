@@ -111,19 +111,20 @@ impl Tensor {
         }
     }
     /// The float32 data as an ndarray (a GPU tensor is read back once; the copy is kept), or
-    /// None for another dtype.
+    /// None for another dtype; an error only when a GPU read-back fails.
     #[inline]
-    pub fn f32s(&self) -> Option<&ArrayD<f32>> {
-        match &self.storage {
+    pub fn f32s(&self) -> TResult<Option<&ArrayD<f32>>> {
+        Ok(match &self.storage {
             Storage::F32(a) => Some(a),
-            Storage::Gpu(g) => Some(g.host()),
+            Storage::Gpu(g) => Some(g.host()?),
             _ => None,
-        }
+        })
     }
-    /// Every element as an f64, row-major (exact for every dtype but int64 beyond 2^53).
-    pub fn to_f64s(&self) -> Vec<f64> {
-        each_cpu!(&self.storage, a => a.iter().map(|x| cast::to_f64(*x)).collect(),
-                  gpu g => g.host().iter().map(|&x| f64::from(x)).collect())
+    /// Every element as an f64, row-major (exact for every dtype but int64 beyond 2^53); an
+    /// error only when a GPU read-back fails.
+    pub fn to_f64s(&self) -> TResult<Vec<f64>> {
+        Ok(each_cpu!(&self.storage, a => a.iter().map(|x| cast::to_f64(*x)).collect(),
+                  gpu g => g.host()?.iter().map(|&x| f64::from(x)).collect()))
     }
     /// The int64 data, or None for another dtype.
     pub fn i64s(&self) -> Option<&ArrayD<i64>> {
@@ -148,13 +149,13 @@ impl Tensor {
         }
         let storage = match dtype {
             DType::F32 => Storage::F32(each_cpu!(&self.storage, a => a.mapv(|x| cast::to_f64(x) as f32),
-                gpu g => g.host().clone())),
+                gpu g => g.host()?.clone())),
             DType::F64 => Storage::F64(each_cpu!(&self.storage, a => a.mapv(cast::to_f64),
-                gpu g => g.host().mapv(f64::from))),
+                gpu g => g.host()?.mapv(f64::from))),
             DType::Bool => Storage::Bool(each_cpu!(&self.storage, a => a.mapv(|x| cast::to_f64(x) != 0.0),
-                gpu g => g.host().mapv(|x| x != 0.0))),
+                gpu g => g.host()?.mapv(|x| x != 0.0))),
             DType::I64 => {
-                let xs = self.to_f64s();
+                let xs = self.to_f64s()?;
                 if let Some(i) = xs.iter().position(|x| !x.is_finite() || x.abs() >= 9.223372036854776e18) {
                     return Err(TensorError::new(format!(
                         "astype \"int64\": element {i} is {}, which no int64 holds",
@@ -182,14 +183,14 @@ impl Tensor {
     }
     /// Mutable float32 host data, or None for another dtype. A GPU tensor is moved to the CPU
     /// first (GPU code paths never call this; in-place accumulation goes through `add_assign`).
-    pub fn f32s_mut(&mut self) -> Option<&mut ArrayD<f32>> {
+    pub fn f32s_mut(&mut self) -> TResult<Option<&mut ArrayD<f32>>> {
         if let Storage::Gpu(g) = &self.storage {
-            self.storage = Storage::F32(g.host().clone());
+            self.storage = Storage::F32(g.host()?.clone());
         }
-        match &mut self.storage {
+        Ok(match &mut self.storage {
             Storage::F32(a) => Some(a),
             _ => None,
-        }
+        })
     }
     #[inline]
     pub fn device(&self) -> Device {
@@ -221,7 +222,7 @@ impl Tensor {
     pub fn to_device(&self, d: Device) -> TResult<Tensor> {
         Ok(match (&self.storage, d) {
             (Storage::F32(a), Device::Gpu) => Tensor::from_gpu(gpu::upload(a)?),
-            (Storage::Gpu(g), Device::Cpu) => Tensor::from_array(g.host().clone()),
+            (Storage::Gpu(g), Device::Cpu) => Tensor::from_array(g.host()?.clone()),
             (Storage::Gpu(_), Device::Gpu) => self.clone(),
             (_, Device::Gpu) => {
                 return Err(TensorError::new(format!(
@@ -366,7 +367,7 @@ impl Tensor {
             Storage::F32(a) => Ok(cpu::argmax(a)),
             Storage::F64(a) => Ok(cpu::argmax(a)),
             _ => Ok(cpu::argmax(
-                &ArrayD::from_shape_vec(IxDyn(self.shape()), self.to_f64s()).map_err(|e| e.to_string())?,
+                &ArrayD::from_shape_vec(IxDyn(self.shape()), self.to_f64s()?).map_err(|e| e.to_string())?,
             )),
         }
     }
@@ -385,9 +386,10 @@ impl Tensor {
             other => Ok(each_cpu!(other, a => a.iter().all(|&v| cast::to_f64(v) != 0.0), gpu _g => true)),
         }
     }
-    /// The elements as float32 values, row-major (tests and small conversions).
-    pub fn data(&self) -> Vec<f32> {
-        self.to_f64s().into_iter().map(|x| x as f32).collect()
+    /// The elements as float32 values, row-major (the crate's tests).
+    #[cfg(test)]
+    pub(crate) fn data(&self) -> Vec<f32> {
+        self.to_f64s().expect("a CPU tensor's values").into_iter().map(|x| x as f32).collect()
     }
 }
 

@@ -192,14 +192,14 @@ pub fn convert(descr: &str, shape: &[usize], data: &[u8], what: &str) -> TResult
     }
 }
 
-/// The tensor as a `.npy` file of its own dtype.
-pub fn encode_tensor(t: &Tensor) -> Vec<u8> {
+/// The tensor as a `.npy` file of its own dtype (an error only when a GPU read-back fails).
+pub fn encode_tensor(t: &Tensor) -> TResult<Vec<u8>> {
     let shape = t.shape();
     let shape_txt = match shape.len() {
         1 => format!("({},)", shape[0]),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     };
-    encode(descr_of(t.dtype()), &shape_txt, &le_bytes(t))
+    Ok(encode(descr_of(t.dtype()), &shape_txt, &le_bytes(t)?))
 }
 
 /// NumPy's name of a dtype, little-endian.
@@ -212,12 +212,13 @@ pub fn descr_of(d: DType) -> &'static str {
     }
 }
 
-/// A tensor's elements as little-endian bytes of its dtype, in C order.
-pub fn le_bytes(t: &Tensor) -> Vec<u8> {
+/// A tensor's elements as little-endian bytes of its dtype, in C order (an error only when a
+/// GPU read-back fails).
+pub fn le_bytes(t: &Tensor) -> TResult<Vec<u8>> {
     fn bytes<T: Copy, const N: usize>(a: &ndarray::ArrayD<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
         a.iter().flat_map(|&x| f(x)).collect()
     }
-    match (t.f32s(), t.i64s(), t.bools()) {
+    Ok(match (t.f32s()?, t.i64s(), t.bools()) {
         (Some(a), _, _) => match a.as_slice() {
             // The common case, a contiguous tensor on a little-endian machine, is one copy.
             Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
@@ -225,12 +226,12 @@ pub fn le_bytes(t: &Tensor) -> Vec<u8> {
         },
         (_, Some(a), _) => bytes(a, i64::to_le_bytes),
         (_, _, Some(a)) => bytes(a, |b| [u8::from(b)]),
-        _ => t.to_f64s().iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
+        _ => t.to_f64s()?.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    })
 }
 
 pub fn save(path: &str, t: &Tensor) -> TResult<()> {
-    Ok(std::fs::write(path, encode_tensor(t)).map_err(|e| format!("cannot write `{path}`: {e}"))?)
+    Ok(std::fs::write(path, encode_tensor(t)?).map_err(|e| format!("cannot write `{path}`: {e}"))?)
 }
 
 /// A version 1.0 `.npy` file: the header (`shape_txt` as NumPy writes it, e.g. `(3,)`), padded
@@ -267,7 +268,7 @@ mod tests {
 
     fn values(path: &str) -> (DType, Vec<f64>) {
         let t = load(path).unwrap();
-        (t.dtype(), t.to_f64s())
+        (t.dtype(), t.to_f64s().unwrap())
     }
 
     #[test]
@@ -302,7 +303,10 @@ mod tests {
         ] {
             super::save(path, &t).unwrap();
             let back = load(path).unwrap();
-            assert_eq!((back.dtype(), back.shape(), back.to_f64s()), (t.dtype(), t.shape(), t.to_f64s()));
+            assert_eq!(
+                (back.dtype(), back.shape(), back.to_f64s().unwrap()),
+                (t.dtype(), t.shape(), t.to_f64s().unwrap())
+            );
         }
     }
 

@@ -151,7 +151,7 @@ fn encode(arrays: &[(String, &Tensor)]) -> Result<Vec<u8>, String> {
             return Err(format!("two arrays are named `{name}`"));
         }
         let file = format!("{name}.npy");
-        let data = npy::encode_tensor(t);
+        let data = npy::encode_tensor(t).map_err(|e| e.to_string())?;
         let size = u32::try_from(data.len()).map_err(|_| too_big())?;
         let offset = u32::try_from(out.len()).map_err(|_| too_big())?;
         let name_len = u16::try_from(file.len()).map_err(|_| format!("the name `{name}` is too long"))?;

@@ -157,7 +157,7 @@ impl File {
         if e.dtype == "F64" && data.len() == 8 {
             return Ok(f64::from_le_bytes(data.try_into().expect("8 bytes")));
         }
-        Ok(self.tensor(e)?.to_f64s().first().copied().unwrap_or(f64::NAN))
+        Ok(self.tensor(e)?.to_f64s()?.first().copied().unwrap_or(f64::NAN))
     }
 }
 
@@ -204,7 +204,7 @@ pub fn write(path: &str, leaves: &[(String, Leaf)], metadata: &[(&str, &str)]) -
             Leaf::Scalar(x) => out.write_all(&x.to_le_bytes()).map_err(err)?,
             Leaf::Tensor(t) => match t.cpu().and_then(|a| a.as_slice()) {
                 Some(s) if cfg!(target_endian = "little") => out.write_all(bytemuck::cast_slice(s)).map_err(err)?,
-                _ => out.write_all(&npy::le_bytes(t)).map_err(err)?,
+                _ => out.write_all(&npy::le_bytes(t)?).map_err(err)?,
             },
         }
     }

@@ -322,7 +322,7 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
                 return to_list_ad(m, t);
             }
             let t = t.as_tensor()?;
-            Value::list(t.to_f64s().into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
+            Value::list(t.to_f64s()?.into_iter().map(Value::Float).collect::<Vec<_>>().into_iter())
         }
         B::Dtype => Value::Str(std::rc::Rc::new(dtype_of(&arg())?.name().to_string())),
         B::Astype => {

@@ -370,12 +370,16 @@ impl GpuTensor {
     pub fn reshaped(&self, shape: Vec<usize>) -> GpuTensor {
         GpuTensor::new(self.buf.clone(), shape)
     }
-    /// The data on the host, read back once and kept (GPU tensors are immutable).
-    pub fn host(&self) -> &ArrayD<f32> {
-        self.host.get_or_init(|| match download(self) {
-            Ok(v) => ArrayD::from_shape_vec(IxDyn(&self.shape), v).expect("a downloaded tensor has its shape"),
-            Err(e) => panic!("reading a tensor back from the GPU failed: {e}"),
-        })
+    /// The data on the host, read back once and kept (GPU tensors are immutable). A failed
+    /// read-back (the device lost, a mapping refused) is an error, and the next call tries
+    /// again.
+    pub fn host(&self) -> TResult<&ArrayD<f32>> {
+        if let Some(h) = self.host.get() {
+            return Ok(h);
+        }
+        let data = download(self).map_err(|e| format!("reading a tensor back from the GPU failed: {e}"))?;
+        let a = ArrayD::from_shape_vec(IxDyn(&self.shape), data).map_err(|e| e.to_string())?;
+        Ok(self.host.get_or_init(|| a))
     }
     /// Mutable access for in-place accumulation: only when nothing else shares the buffer.
     pub fn unique_mut(&mut self) -> Option<&wgpu::Buffer> {
