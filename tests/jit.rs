@@ -223,6 +223,85 @@ fn a_function_whose_signatures_keep_changing_runs_unstaged() {
     assert!(traces.len() == 32 && traces.iter().all(|l| l.contains(" under grad ")), "{log:#?}");
 }
 
+/// What a compiled program could not repeat — reading or writing a reference made outside the
+/// staged function, a `catch` whose handler runs or not by the data — makes the trace serve
+/// its own call only and the function run unstaged afterwards, with the unstaged numbers; a
+/// reference the function makes itself is its own state and stays staged. A refusal inside a
+/// `catch` in the staged function is not the `catch`'s to take, but one around the `jit` call
+/// takes it.
+#[test]
+fn effects_in_a_staged_function_make_it_run_unstaged() {
+    let src = "let r = ref 1.0\n\
+               let f x = x * !r\n\
+               let j = jit f\n\
+               let () = println (j 2.0, f 2.0)\n\
+               let () = r := 10.0\n\
+               let () = println (j 2.0, f 2.0)\n\
+               let () = println (grad (fun p -> r := p; j p) 3.0, grad (fun p -> r := p; f p) 3.0)\n\
+               let count = ref 0\n\
+               let q x = count := !count + 1; x * 2.0\n\
+               let jq = jit q\n\
+               let () = println (jq 1.0, jq 2.0, jq 3.0, !count)\n\
+               let t = tensor [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]\n\
+               let g idx = catch (fun () -> gather t idx 0) (fun m -> zeros [2, 2])\n\
+               let jg = jit g\n\
+               let () = println (jg (tensor [0, 1]))\n\
+               let () = println (jg (tensor [0, 7]))\n\
+               let own x = let s = ref 0.0 in s := 2.0; x * !s\n\
+               let jo = jit own\n\
+               let () = println (jo 1.0, jo 4.0)\n\
+               let branch x = catch (fun () -> if x > 0.0 then x else 0.0 - x) (fun m -> 42.0)\n\
+               let () = println (catch (fun () -> show (jit branch 1.0)) (fun m -> \"refused: \" ++ m))\n\
+               let flag = ref false\n\
+               let w x = flag := true; x\n\
+               let jw = jit w\n\
+               let () = println (jw 1.0)\n\
+               let () = flag := false\n\
+               let () = println (jw 2.0, !flag)\n\
+               let jr = jit (fun p -> p * !r)\n\
+               let () = r := 3.0\n\
+               let () = println (grad (fun p -> jr p) 1.0)\n\
+               let () = r := 4.0\n\
+               let () = println (grad (fun p -> jr p) 1.0)\n";
+    let (out, log) = jit_log(src);
+    assert_eq!(
+        out,
+        [
+            "(2.0, 2.0)",
+            "(20.0, 20.0)",
+            "(6.0, 6.0)",
+            "(2.0, 4.0, 6.0, 3)",
+            "tensor [[1.0, 2.0], [3.0, 4.0]]",
+            "tensor [[0.0, 0.0], [0.0, 0.0]]",
+            "(2.0, 8.0)",
+            "refused: jit: cannot stage a comparison (`>`) on a traced value",
+            "1.0",
+            "(2.0, true)",
+            "3.0",
+            "4.0",
+        ],
+        "{log:#?}"
+    );
+    let said = |l: &str| log.iter().any(|x| x == l);
+    for (id, what) in [
+        (1, "reads a reference made outside it"),
+        (2, "reads a reference made outside it"),
+        (3, "runs a `catch`"),
+        (5, "writes a reference made outside it"),
+    ] {
+        assert!(
+            said(&format!(
+                "jit: #{id}: it {what}; its program served this call only, and its later calls run unstaged"
+            )),
+            "#{id}: {log:#?}"
+        );
+        assert!(said(&format!("jit: inline #{id} (unstaged: it {what})")), "#{id}: {log:#?}");
+    }
+    assert!(log.iter().any(|l| l.starts_with("jit: hit #4 ")), "a function's own reference stays staged: {log:#?}");
+    assert!(log.iter().any(|l| l.starts_with("jit: trace #6 (Float) under grad")), "{log:#?}");
+    assert!(said("jit: inline #6 (unstaged: it reads a reference made outside it)"), "{log:#?}");
+}
+
 /// A whole training step under `jit`, Adam's update included: the optimiser's state is data
 /// (its step count a Float), so every step is the first step's signature, one trace and then
 /// hits, with the unstaged loop's numbers to the last digit.
@@ -799,8 +878,45 @@ fn custom_rules_and_stop_gradient_inside_a_differentiated_staged_call_keep_their
     assert_eq!(kinds(&log), ["trace", "hit", "hit", "trace"], "{log:#?}");
 }
 
+/// `jit (vmap …)` where an operand of the batched function is a traced value the `vmap` does
+/// not batch (parameters passed beside the batch): it broadcasts as one example's tensor,
+/// whatever the batch size, in products, per-example gradients and the loss's gradient.
 #[test]
-fn nested_forward_and_batched_calls_and_captured_differentiated_values_run_unstaged() {
+fn vmap_inside_jit_broadcasts_traced_unbatched_operands() {
+    let src = "let xs = tensor [[1.0, 2.0], [-1.0, 0.5]]\n\
+               let loss w = sum (vmap (fun x -> sum (w * x)) xs)\n\
+               let w = tensor [[0.5, -1.0], [0.1, 0.2]]\n\
+               let () = println (loss w)\n\
+               let () = println (jit loss w)\n\
+               let () = println (grad loss w)\n\
+               let () = println (jit (grad loss) w)\n\
+               let () = println (grad (jit loss) w)\n\
+               let w3 = tensor [[0.5, -1.0, 2.0], [0.1, 0.2, 0.3]]\n\
+               let x3 = tensor [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0], [2.0, 2.0, 2.0]]\n\
+               let f (w, xs) = vmap (fun x -> w @ x) xs\n\
+               let () = println (f (w3, x3))\n\
+               let () = println (jit f (w3, x3))\n\
+               let h (w, xs) = vmap (fun x -> x @ transpose w + sum_axis w 1 * 0.5 + 1.0) xs\n\
+               let () = println (h (w3, x3))\n\
+               let () = println (jit h (w3, x3))\n\
+               let pex (p, xs) = vmap (fun x -> grad (fun p -> sum (p * x)) p) xs\n\
+               let xs2 = tensor [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]]\n\
+               let () = println (pex (w3, xs2))\n\
+               let () = println (jit pex (w3, xs2))\n\
+               let () = println (vmap (fun x -> astype \"float64\" w * x) xs)\n\
+               let () = println (jit (fun w -> vmap (fun x -> w * x) xs) (astype \"float64\" w))\n";
+    let lines = run_ok(src);
+    let out = lines.join("\n");
+    assert_eq!(lines.len(), 13, "{out}");
+    assert_eq!(lines[0], "-2.0");
+    for (i, j) in [(0, 1), (2, 3), (2, 4), (5, 6), (7, 8), (9, 10), (11, 12)] {
+        assert_eq!(lines[i], lines[j], "line {j} (staged) differs from line {i}:\n{out}");
+    }
+    assert_eq!(lines[2], "tensor [[0.0, 2.5], [0.0, 2.5]]");
+}
+
+#[test]
+fn nested_forward_and_batched_calls_and_captured_perturbed_values_run_unstaged() {
     let src = "let f x = x * x * sin x\n\
                let j = jit f\n\
                let () = println (grad (grad j) 0.7)\n\
@@ -815,13 +931,19 @@ fn nested_forward_and_batched_calls_and_captured_differentiated_values_run_unsta
                let () = println (grad (fun x -> sum (vmap k (x * m))) 0.3)\n\
                let () = println (grad (fun x -> sum (vmap g (x * m))) 0.3)\n\
                let () = println (grad (fun p -> let c = jit (fun h -> p * h) in c (p * 2.0) * c (p + 1.0)) 1.5)\n\
-               let () = println (grad (fun p -> let c = (fun h -> p * h) in c (p * 2.0) * c (p + 1.0)) 1.5)\n";
+               let () = println (grad (fun p -> let c = (fun h -> p * h) in c (p * 2.0) * c (p + 1.0)) 1.5)\n\
+               let () = println (grad (fun x -> jit (fun y -> y * x) 2.0) 3.0)\n\
+               let () = println (grad (fun x -> (fun y -> y * x) 2.0) 3.0)\n\
+               let () = println (vmap (fun x -> jit (fun y -> y * x) (tensor [2.0, 1.0])) m)\n\
+               let () = println (vmap (fun x -> (fun y -> y * x) (tensor [2.0, 1.0])) m)\n";
     let (out, log) = jit_log(src);
+    assert_eq!(out.len(), 14);
     for pair in out.chunks(2) {
         assert_eq!(pair[0], pair[1], "unstaged: the same numbers");
     }
     assert!(log.iter().all(|l| l.starts_with("jit: inline")), "{log:#?}");
-    assert!(log.last().is_some_and(|l| l.contains("captures a differentiated value")), "{log:#?}");
+    let captures = "inline (the staged function captures a value a `grad`, `jvp` or `vmap` outside the jit perturbs)";
+    assert_eq!(log.iter().filter(|l| l.ends_with(captures)).count(), 4, "{log:#?}");
 }
 
 #[test]

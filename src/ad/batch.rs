@@ -114,7 +114,9 @@ fn is_tensor_example(a: &At) -> bool {
     match a {
         At::Batch(_, _, k) => *k == Example::Tensor,
         At::Plain(v) => {
-            matches!(strip(v), Value::Tensor(_)) || matches!(strip(v), Value::Batched(b) if b.kind == Example::Tensor)
+            // A traced value (`Value::Staged`) is always a tensor.
+            matches!(strip(v), Value::Tensor(_) | Value::Staged(_))
+                || matches!(strip(v), Value::Batched(b) if b.kind == Example::Tensor)
         }
     }
 }
@@ -155,6 +157,7 @@ fn not_elements(example: &[usize]) -> Fault {
 fn dtype_under(v: &Value) -> DType {
     match strip(v) {
         Value::Tensor(t) => t.dtype(),
+        Value::Staged(s) => s.example.dtype(),
         Value::Batched(b) => match b.kind {
             Example::Float(d) => d,
             _ => dtype_under(&b.value),

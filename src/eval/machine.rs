@@ -13,7 +13,7 @@ use crate::runtime::code::{Function, IntOp, Op};
 use crate::runtime::perturbed::{is_ad, strip, AdjFrame, CustomCall, GradState, Rule, RuleCall};
 use crate::runtime::stack::{Delim, Frame, Segment};
 use crate::runtime::value::{self, Closure, ConVal, Cont, Pap, RecordVal, Value};
-use crate::runtime::{FResult, Fault};
+use crate::runtime::{FResult, Fault, FaultKind};
 use crate::source::Span;
 use crate::stage;
 use crate::tensor::{TOp, Un};
@@ -991,7 +991,7 @@ impl Machine {
                 if matches!(self.delim, Delim::Stage)
                     || self.segs[first..].iter().any(|s| matches!(s.delim, Delim::Stage))
                 {
-                    return Err(Fault::new("jit: a `shift` in a staged function captures beyond its `jit`")
+                    return Err(Fault::staging("jit: a `shift` in a staged function captures beyond its `jit`")
                         .help("staging compiles the function alone; put the `reset` inside the staged function"));
                 }
                 let checkpointed = |d: &Delim| matches!(d, Delim::Custom(c) if matches!(c.rule, Rule::Checkpoint));
@@ -1100,6 +1100,14 @@ impl Machine {
     /// its handler with the message. A fault raised by applying the handler itself (a builtin
     /// handler: `catch f error`) goes to the next `catch` out. `Err` when nothing catches it.
     fn recover(&mut self, mut fault: Fault) -> FResult<Next> {
+        if fault.kind == FaultKind::Staging {
+            // A refusal is the staged call's, not a `catch`'s inside it: unwind the traced
+            // call first (dropping its trace); outside it the fault is the program's own.
+            while self.delims().any(|d| matches!(d, Delim::Stage)) {
+                self.restore_below()?;
+            }
+            fault.kind = FaultKind::User;
+        }
         loop {
             if !fault.is_catchable() || !self.delims().any(|d| matches!(d, Delim::Catch(_))) {
                 return Err(fault);
@@ -1165,7 +1173,12 @@ impl Machine {
             (Prim::Neg, _) => ad::apply_un(self, Un::Neg, a),
             (Prim::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
             (Prim::Not, Value::Batched(_)) => ad::tensor::call(self, TOp::Not, vec![a]),
-            (Prim::Deref, Value::Ref(r)) => Ok(r.borrow().clone()),
+            (Prim::Deref, Value::Ref(r)) => {
+                if self.jit.tracing() {
+                    self.jit.touch_ref(r, false);
+                }
+                Ok(r.borrow().clone())
+            }
             _ => Err(Fault::internal(format!("`{p:?}` on {}", a.type_name()))),
         }
     }
@@ -1233,6 +1246,9 @@ impl Machine {
                 l
             }
             (Prim::Assign, Ref(r), _) => {
+                if self.jit.tracing() {
+                    self.jit.touch_ref(r, true);
+                }
                 *r.borrow_mut() = b;
                 Unit
             }
@@ -1244,6 +1260,9 @@ impl Machine {
         let b = TABLE[i as usize].1;
         if self.jit.tracing() {
             stage_guard(i, b, &args)?;
+            if b == B::Catch {
+                self.jit.ran_catch();
+            }
         }
         let mut next = 0;
         let mut arg = || {
@@ -1304,6 +1323,9 @@ impl Machine {
             },
             other => super::builtins::call(self, other, &mut arg).map_err(|e| e.naming(TABLE[i as usize].0))?,
         };
+        if let (B::Ref, Value::Ref(r), true) = (b, &v, self.jit.tracing()) {
+            self.jit.made_ref(r);
+        }
         Ok(BuiltinOut::Value(v))
     }
 
@@ -1361,7 +1383,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::LoadCsv
     );
     if io {
-        return Err(Fault::new(format!("jit: cannot stage I/O (`{name}`) in a staged function"))
+        return Err(Fault::staging(format!("jit: cannot stage I/O (`{name}`) in a staged function"))
             .help("staging runs the function once, when it traces it; do the I/O outside the `jit`"));
     }
     let stages = matches!(
@@ -1464,8 +1486,8 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
 /// A comparison's operator as written.
 fn comparison(p: Prim) -> &'static str {
     match p {
-        Prim::Eq => "=",
-        Prim::Ne => "<>",
+        Prim::Eq => "==",
+        Prim::Ne => "!=",
         Prim::Lt => "<",
         Prim::Le => "<=",
         Prim::Gt => ">",

@@ -9,6 +9,10 @@
 //! running: an interrupt (Ctrl-C), `exit`, and the resource limits (stack depth, fuel). A
 //! `catch` that could swallow them would let a program ignore the user's Ctrl-C or its own
 //! `exit`, and a runaway recursion caught and retried would never end.
+//! A fourth, *staging*, is a construct `jit` cannot see through, met while tracing: no
+//! `catch` inside the traced call may take it (its handler's value in place of the refusal
+//! would be compiled into the staged program: a wrong result); once the traced call has been
+//! unwound it is an ordinary user fault, which a `catch` around the `jit` call may take.
 
 use crate::tensor::TensorError;
 
@@ -17,6 +21,7 @@ pub enum FaultKind {
     User,
     Internal,
     Abort,
+    Staging,
 }
 
 #[derive(Debug)]
@@ -40,6 +45,11 @@ impl Fault {
     /// A fault no `catch` may intercept (see the module's comment).
     pub fn abort(msg: impl Into<String>) -> Fault {
         Fault { kind: FaultKind::Abort, msg: msg.into(), help: None }
+    }
+
+    /// A construct staging cannot see through, met while tracing (see the module's comment).
+    pub fn staging(msg: impl Into<String>) -> Fault {
+        Fault { kind: FaultKind::Staging, msg: msg.into(), help: None }
     }
 
     /// Whether `catch` hands this fault to its handler: the program's own faults only.
@@ -82,7 +92,7 @@ impl Fault {
     /// The text a user sees. Internal faults never read as the program's error.
     pub fn message(&self) -> String {
         match self.kind {
-            FaultKind::User | FaultKind::Abort => self.msg.clone(),
+            FaultKind::User | FaultKind::Abort | FaultKind::Staging => self.msg.clone(),
             FaultKind::Internal => format!("{} — this is a bug in dp, please report it", self.msg),
         }
     }

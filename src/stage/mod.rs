@@ -53,6 +53,10 @@ const FUNCTIONS: usize = 64;
 /// it (300 trees: 36 s staged, 0.3 s unstaged, before this rule).
 const TRACES_BEFORE_UNSTAGED: u64 = 32;
 
+/// Why a call runs unstaged when the staged function captures a perturbed value
+/// (`DP_JIT_LOG`).
+const CAPTURES: &str = "the staged function captures a value a `grad`, `jvp` or `vmap` outside the jit perturbs";
+
 /// Why a call whose argument is perturbed runs unstaged (`DP_JIT_LOG`), but for a capture.
 const UNSTAGED: &str = "the argument is differentiated by nested levels or a `jvp`, or batched, outside the jit";
 
@@ -101,19 +105,43 @@ struct Function {
     /// Signatures traced and calls that found theirs compiled (`TRACES_BEFORE_UNSTAGED`).
     traces: u64,
     hits: u64,
-    /// Set when the cache does not pay: every call runs `f` as it is.
-    unstaged: bool,
+    /// Why every call runs `f` as it is, once that is decided: the cache does not pay
+    /// (`CHANGING`), or a trace met what a compiled program cannot repeat (`Pending::effect`).
+    unstaged: Option<&'static str>,
 }
 
+/// Why a function whose cache does not pay runs unstaged.
+const CHANGING: &str = "its signatures keep changing";
+
 impl Function {
-    /// Counts a trace (for either cache); `Some((traces, hits))` when the function has just
-    /// been found not to pay for its tracing, and runs unstaged from now on.
-    fn count_trace(&mut self) -> Option<(u64, u64)> {
+    /// After a trace: `keep` stores its program in a cache unless the trace met an effect
+    /// (then its program serves that call only); says whether the function runs unstaged
+    /// from now on.
+    fn traced(&mut self, effect: Option<&'static str>, keep: impl FnOnce(&mut Function)) -> GaveUp {
+        if let Some(what) = effect {
+            self.unstaged = Some(what);
+            return GaveUp::Effect(what);
+        }
+        keep(self);
         self.traces += 1;
-        let gave_up = !self.unstaged && self.traces >= TRACES_BEFORE_UNSTAGED && self.hits * 2 < self.traces;
-        self.unstaged |= gave_up;
-        gave_up.then_some((self.traces, self.hits))
+        if self.unstaged.is_none() && self.traces >= TRACES_BEFORE_UNSTAGED && self.hits * 2 < self.traces {
+            self.unstaged = Some(CHANGING);
+            return GaveUp::Changing { traces: self.traces, hits: self.hits };
+        }
+        GaveUp::No
     }
+}
+
+/// Whether a function just traced runs unstaged from now on, and why.
+enum GaveUp {
+    No,
+    /// Its trace met an effect (`Pending::effect`).
+    Effect(&'static str),
+    /// Its cache does not pay (`TRACES_BEFORE_UNSTAGED`).
+    Changing {
+        traces: u64,
+        hits: u64,
+    },
 }
 
 /// The argument of a call an outer `grad` differentiates: its values at that level, and the
@@ -143,6 +171,13 @@ struct Pending {
     leaves: Vec<Value>,
     started: Instant,
     vjp: Option<PendingVjp>,
+    /// The first thing the traced call did that its compiled program would not do again:
+    /// read or write a reference made before the trace, or run a `catch` (whose handler
+    /// would run, or not, on other data). Its program then serves this call only.
+    effect: Option<&'static str>,
+    /// The references made during the trace (their addresses): the call's own state, which
+    /// each run of the program makes afresh.
+    own_refs: Vec<usize>,
 }
 
 /// What `jit f x` does on this call.
@@ -222,8 +257,8 @@ pub fn holds_staged(v: &Value) -> bool {
 
 /// The located error for a construct staging cannot see through.
 pub fn refuse(what: &str) -> Fault {
-    Fault::new(format!("jit: cannot stage {what} on a traced value"))
-        .help("a staged function may not branch on, print or store its traced Floats and tensors; use `where` for elementwise choices, or call it without `jit`")
+    Fault::staging(format!("jit: cannot stage {what} on a traced value"))
+        .help("a staged function may not branch on, read the numbers of, print or store its traced Floats and tensors; use `where` for elementwise choices, or call it without `jit`")
 }
 
 /// Walks an argument: its signature and its Float and tensor leaves, in order.
@@ -524,10 +559,10 @@ impl Jit {
             return Ok(Call::Inline);
         }
         self.clock += 1;
-        if let Some(func) = self.functions.get_mut(&key_of(f)).filter(|func| func.unstaged) {
+        if let Some(func) = self.functions.get_mut(&key_of(f)).filter(|func| func.unstaged.is_some()) {
             func.used = self.clock;
-            let id = func.id;
-            self.note(|| format!("inline #{id} (unstaged: its signatures keep changing)"));
+            let (id, why) = (func.id, func.unstaged.unwrap_or(CHANGING));
+            self.note(|| format!("inline #{id} (unstaged: {why})"));
             return Ok(Call::Inline);
         }
         if perturbed(x) {
@@ -538,6 +573,10 @@ impl Jit {
                     Ok(Call::Inline)
                 }
             };
+        }
+        if self.captures_perturbed(f) {
+            self.note(|| format!("inline ({CAPTURES})"));
+            return Ok(Call::Inline);
         }
         let (mut sig, mut leaves) = (Vec::new(), Vec::new());
         flatten(x, &mut sig, &mut leaves)?;
@@ -576,7 +615,17 @@ impl Jit {
             }
         }
         let arg = rebuild(x, &mut traced.into_iter());
-        self.pending = Some(Pending { trace, key: key_of(f), f: f.clone(), sig, leaves, started: Instant::now(), vjp });
+        self.pending = Some(Pending {
+            trace,
+            key: key_of(f),
+            f: f.clone(),
+            sig,
+            leaves,
+            started: Instant::now(),
+            vjp,
+            effect: None,
+            own_refs: Vec::new(),
+        });
         Ok(arg)
     }
 
@@ -588,7 +637,7 @@ impl Jit {
         if let Some(vjp) = pending.vjp.take() {
             return self.end_vjp(pending, vjp);
         }
-        let Pending { trace, key, f, sig, leaves, started, .. } = pending;
+        let Pending { trace, key, f, sig, leaves, started, effect, .. } = pending;
         let traced = trace.finish(out)?;
         let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
         let (traced_in, optimising) = (ms(started), Instant::now());
@@ -609,23 +658,55 @@ impl Jit {
             native_note(&plan)
         );
         let plan = Rc::new(plan);
-        if func.compiled.len() >= SIGNATURES_PER_FUNCTION {
-            func.compiled.pop_front();
-        }
-        func.compiled.push_back(Compiled { sig, plan: plan.clone() });
-        let gave_up = func.count_trace();
+        let gave_up = func.traced(effect, |func| {
+            if func.compiled.len() >= SIGNATURES_PER_FUNCTION {
+                func.compiled.pop_front();
+            }
+            func.compiled.push_back(Compiled { sig, plan: plan.clone() });
+        });
         self.show(vec![(heading, plan)]);
         self.note(|| line);
         self.note_unstaged(id, gave_up);
         Ok(Call::Done(result?))
     }
 
-    /// Says in the log that function `id`, just traced, runs unstaged from now on.
-    fn note_unstaged(&self, id: usize, gave_up: Option<(u64, u64)>) {
-        if let Some((traces, hits)) = gave_up {
-            self.note(|| {
+    /// Says in the log when function `id`, just traced, runs unstaged from now on.
+    fn note_unstaged(&self, id: usize, gave_up: GaveUp) {
+        match gave_up {
+            GaveUp::Effect(what) => self
+                .note(|| format!("#{id}: {what}; its program served this call only, and its later calls run unstaged")),
+            GaveUp::Changing { traces, hits } => self.note(|| {
                 format!("#{id}: {traces} signatures traced and {hits} calls hit; its later calls run unstaged")
-            });
+            }),
+            GaveUp::No => {}
+        }
+    }
+
+    /// The traced call read or wrote reference `r` (`write` says which): an effect unless
+    /// the trace made `r`.
+    pub fn touch_ref(&mut self, r: &Rc<RefCell<Value>>, write: bool) {
+        if let Some(p) = self.pending.as_mut() {
+            if p.effect.is_none() && !p.own_refs.contains(&(Rc::as_ptr(r) as usize)) {
+                p.effect = Some(if write {
+                    "it writes a reference made outside it"
+                } else {
+                    "it reads a reference made outside it"
+                });
+            }
+        }
+    }
+
+    /// The traced call made reference `r`.
+    pub fn made_ref(&mut self, r: &Rc<RefCell<Value>>) {
+        if let Some(p) = self.pending.as_mut() {
+            p.own_refs.push(Rc::as_ptr(r) as usize);
+        }
+    }
+
+    /// The traced call ran a `catch`.
+    pub fn ran_catch(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.effect.get_or_insert("it runs a `catch`");
         }
     }
 
@@ -650,7 +731,7 @@ impl Jit {
             captures_plain: false,
             traces: 0,
             hits: 0,
-            unstaged: false,
+            unstaged: None,
         });
         func.used = self.clock;
         func
@@ -673,17 +754,28 @@ impl Jit {
     fn vjp_site(&mut self, f: &Value, x: &Value, tag: u32) -> Result<VjpSite, &'static str> {
         let (mut cells, mut mask) = (Vec::new(), Vec::new());
         let x = peel(x, tag, &mut cells, &mut mask).ok_or(UNSTAGED)?;
-        let key = key_of(f);
-        if !self.functions.get(&key).is_some_and(|func| func.captures_plain) {
-            let mut refs = false;
-            if holds_perturbed(f, &mut refs) {
-                return Err("the staged function captures a differentiated value");
-            }
-            if let (false, Some(func)) = (refs, self.functions.get_mut(&key)) {
-                func.captures_plain = true;
-            }
+        if self.captures_perturbed(f) {
+            return Err(CAPTURES);
         }
         Ok(VjpSite { tag, x, cells, mask })
+    }
+
+    /// Whether `f` captures a value a level outside the `jit` perturbs (a `grad`, `jvp` or
+    /// `vmap` running there): its trace would hand that level traced values. A function found
+    /// to capture none, and no reference, is remembered as such (its captures cannot change).
+    fn captures_perturbed(&mut self, f: &Value) -> bool {
+        let key = key_of(f);
+        if self.functions.get(&key).is_some_and(|func| func.captures_plain) {
+            return false;
+        }
+        let mut refs = false;
+        if holds_perturbed(f, &mut refs) {
+            return true;
+        }
+        if let (false, Some(func)) = (refs, self.functions.get_mut(&key)) {
+            func.captures_plain = true;
+        }
+        false
     }
 
     /// A call the outer `grad` differentiates: its compiled programs' forward run and record,
@@ -735,7 +827,7 @@ impl Jit {
     /// The traced backward pass has run: splits the program of (x, ȳ) ↦ (y, x̄) (vjp.rs),
     /// keeps the two programs and runs the forward one on the call's argument.
     fn end_vjp(&mut self, pending: Pending, vjp: PendingVjp) -> FResult<Call> {
-        let Pending { trace, key, f, sig, leaves, started, .. } = pending;
+        let Pending { trace, key, f, sig, leaves, started, effect, .. } = pending;
         let PendingVjp { site, inner, result, .. } = vjp;
         let y = result.ok_or_else(|| Fault::internal("a staged call's grad ended unseeded"))?;
         // Read off the cells (not `grad`'s result, which leaves out the leaves inside
@@ -764,11 +856,12 @@ impl Jit {
             (format!("jit #{id} {} forward:", show_sig(&sig)), vjp.forward.clone()),
             (format!("jit #{id} {} backward:", show_sig(&sig)), vjp.backward.clone()),
         ];
-        if func.vjps.len() >= SIGNATURES_PER_FUNCTION {
-            func.vjps.pop_front();
-        }
-        func.vjps.push_back(CompiledVjp { sig, mask: site.mask, vjp });
-        let gave_up = func.count_trace();
+        let gave_up = func.traced(effect, |func| {
+            if func.vjps.len() >= SIGNATURES_PER_FUNCTION {
+                func.vjps.pop_front();
+            }
+            func.vjps.push_back(CompiledVjp { sig, mask: site.mask, vjp });
+        });
         self.show(shown);
         self.note(|| line);
         self.note_unstaged(id, gave_up);
