@@ -1,6 +1,7 @@
 //! The tensor builtins of LANGUAGE.md "Tensors": construction, shape operations, reductions,
 //! conversions. Differentiable ones go through `ad::tensor::call`.
 
+use super::tensor_ops::axis_of;
 use crate::ad;
 use crate::builtins::B;
 use crate::core::Prim;
@@ -240,13 +241,14 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::Transpose => ad::tensor::call(m, TOp::Transpose, vec![arg()])?,
         B::Concat => {
-            let axis = index(&arg(), "concat's axis")?;
+            let axis = arg();
             let ts: Vec<Value> = arg().iter_list().cloned().collect();
+            let axis = axis_of(&axis, &ts.first().map(ad::shape_of).unwrap_or_default(), false, "concat")?;
             ad::tensor::call(m, TOp::Concat(axis), ts)?
         }
         B::Slice => {
             let t = arg();
-            let axis = index(&arg(), "slice's axis")?;
+            let axis = axis_of(&arg(), &ad::shape_of(&t), false, "slice")?;
             let lo = index(&arg(), "slice's start")?;
             let hi = index(&arg(), "slice's end")?;
             ad::tensor::call(m, TOp::Slice(axis, lo, hi), vec![t])?
@@ -275,12 +277,12 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Max => ad::tensor::call(m, TOp::Max, vec![arg()])?,
         B::SumAxis => {
             let t = arg();
-            let a = index(&arg(), "an axis")?;
+            let a = axis_of(&arg(), &ad::shape_of(&t), false, "sum_axis")?;
             ad::tensor::call(m, TOp::SumAxis(a), vec![t])?
         }
         B::MeanAxis => {
             let t = arg();
-            let a = index(&arg(), "an axis")?;
+            let a = axis_of(&arg(), &ad::shape_of(&t), false, "mean_axis")?;
             ad::tensor::call(m, TOp::MeanAxis(a), vec![t])?
         }
         B::Conv2d => {

@@ -69,7 +69,7 @@ fn pick(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
 
 /// An axis of a tensor of `shape` (rank r): 0 ≤ axis < r, or −r ≤ axis < 0 counting from the
 /// end, as NumPy's. `extra` admits one more (`expand_dims` inserts at r).
-fn axis_of(v: &Value, shape: &[usize], extra: bool, what: &str) -> FResult<usize> {
+pub(super) fn axis_of(v: &Value, shape: &[usize], extra: bool, what: &str) -> FResult<usize> {
     let a = v.as_int()?;
     let r = (shape.len() + usize::from(extra)) as i64;
     let k = if a < 0 { a + r } else { a };
