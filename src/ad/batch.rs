@@ -800,6 +800,11 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             if kind != Example::Tensor {
                 return Ok(batched(tag, call(m, op, vec![v])?, axis, kind));
             }
+            if matches!(op, TOp::Softmax | TOp::LogSoftmax | TOp::Normalize(_)) {
+                // Checked as one example is: a batch of 0-d examples has no axis of its own
+                // (the stack's one axis is the batch's, not to be normalised across).
+                op.check(&[&example_shape(&At::Batch(v.clone(), axis, kind))[..]])?;
+            }
             let last = shape_of(&v).len().saturating_sub(1);
             // The softmaxes work on the last axis: it must be an example's.
             let (v, axis) =
@@ -879,7 +884,7 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
             if let Example::Float(_) = kind {
                 // A Float spread over a shape is a float32 tensor, as `full` makes it.
                 v = call(m, TOp::AsType(DType::F32), vec![v])?;
-            } else if kind == Example::Bool {
+            } else if kind == Example::Bool && is_sum {
                 return no_rule(&op);
             }
             if is_sum {

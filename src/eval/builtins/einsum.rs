@@ -9,7 +9,6 @@
 use crate::ad;
 use crate::core::Prim;
 use crate::eval::machine::Machine;
-use crate::runtime::perturbed::strip;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{fmt_shape, TOp, Tensor};
@@ -142,7 +141,9 @@ fn arrange(m: &mut Machine, t: Term, order: &[char]) -> FResult<Value> {
 /// Keeps the diagonal of axes p < q of the same letter: t · I (an identity along p and q,
 /// broadcast over the rest), summed over q.
 fn diagonal(m: &mut Machine, t: &mut Term, p: usize, q: usize, n: usize) -> FResult<()> {
-    let Value::Tensor(x) = strip(&t.v) else {
+    // The dtype and device to make the identity in (of the tensor under any perturbation,
+    // batching or tracing).
+    let Some(x) = ad::underlying(&t.v) else {
         return Err(Fault::internal("einsum of a non-tensor"));
     };
     let mut shape = vec![1; t.idx.len()];

@@ -87,9 +87,16 @@ fn tensor_of(m: &mut Machine, v: &Value) -> FResult<Value> {
             _ => Tensor::from_vec(&shape, leaves.iter().map(|x| Ok(x.as_float()? as f32)).collect::<FResult<_>>()?)?,
         });
     }
+    // Each element as a [1] tensor of its dtype: a plain one made directly, a symbolic one
+    // by a broadcast (which carries its perturbation, batch or trace).
     let parts = leaves
         .into_iter()
-        .map(|x| ad::tensor::call(m, TOp::BroadcastTo(vec![1]), vec![x]))
+        .map(|x| match x {
+            Value::Int(n) => new(Tensor::from_i64s(&[1], vec![n])?),
+            Value::Bool(b) => new(Tensor::from_bools(&[1], vec![b])?),
+            Value::Float(f) => new(Tensor::from_vec(&[1], vec![f as f32])?),
+            x => ad::tensor::call(m, TOp::BroadcastTo(vec![1]), vec![x]),
+        })
         .collect::<FResult<Vec<_>>>()?;
     let flat = ad::tensor::call(m, TOp::Concat(0), parts)?;
     ad::tensor::call(m, TOp::Reshape(shape), vec![flat])
