@@ -915,6 +915,39 @@ fn vmap_inside_jit_broadcasts_traced_unbatched_operands() {
     assert_eq!(lines[2], "tensor [[0.0, 2.5], [0.0, 2.5]]");
 }
 
+/// Under `jit (vmap …)` a comparison with a batched operand is a batch of Bools, which
+/// stages (a traced Float against a batch: `max_of`, `min_of`, `where`); what the batching
+/// rules compute on a stack's numbers (`floor`, Int `/`) is refused as staging's, by name.
+#[test]
+fn vmap_inside_jit_stages_batched_comparisons_and_names_what_it_cannot() {
+    let src = "let xs = tensor [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]]\n\
+               let f s = vmap (fun x -> max_of s (sum x)) xs\n\
+               let g s = vmap (fun x -> min_of (sum x) s) xs\n\
+               let () = println (f 0.7, jit f 0.7, g 0.7, jit g 0.7)\n\
+               let () = println (f 5.0, jit f 5.0)\n\
+               let () = println (grad (fun s -> sum (f s)) 0.7, jit (grad (fun s -> sum (f s))) 0.7)\n\
+               let c v = vmap (fun x -> where (greater x v) x v) xs\n\
+               let () = println (c (tensor [1.0, 2.0, 3.0]), jit c (tensor [1.0, 2.0, 3.0]))\n\
+               let fl xs = vmap (fun x -> floor (sum x)) xs\n\
+               let dv xs = vmap (fun x -> float (argmax x / 2)) xs\n\
+               let () = println (fl xs, dv xs)\n\
+               let () = println (catch (fun () -> show (jit fl xs)) (fun m -> m))\n\
+               let () = println (catch (fun () -> show (jit dv xs)) (fun m -> m))\n";
+    let out = run_ok(src);
+    assert_eq!(
+        out,
+        [
+            "(tensor [6.0, 0.7], tensor [6.0, 0.7], tensor [0.7, -0.5], tensor [0.7, -0.5])",
+            "(tensor [6.0, 5.0], tensor [6.0, 5.0])",
+            "(1.0, 1.0)",
+            "(tensor [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]], tensor [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])",
+            "(tensor [6.0, -1.0], tensor [1.0, 0.0])",
+            "jit: cannot stage `floor` of a batch on a traced value",
+            "jit: cannot stage `/` of a batch on a traced value",
+        ]
+    );
+}
+
 #[test]
 fn nested_forward_and_batched_calls_and_captured_perturbed_values_run_unstaged() {
     let src = "let f x = x * x * sin x\n\

@@ -230,7 +230,11 @@ fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Val
             let (zx, zy) = (m.prim2(Prim::Mul, x.clone(), zero.clone())?, m.prim2(Prim::Mul, y.clone(), zero)?);
             let (x, y) = (m.prim2(Prim::Add, x, zy)?, m.prim2(Prim::Add, y, zx)?);
             let f = if p == Prim::Div { i64::wrapping_div } else { i64::wrapping_rem };
-            zip_ints(&x, &y, f).ok_or_else(|| Fault::unbatched(symbol(p)))?
+            match zip_ints(&x, &y, f) {
+                Some(q) => q,
+                None if traced_under(&x) || traced_under(&y) => return Err(on_numbers(&x, symbol(p))),
+                None => return Err(Fault::unbatched(symbol(p))),
+            }
         }
         _ => return Err(Fault::unbatched(symbol(p))),
     };
@@ -261,8 +265,27 @@ pub fn round<H: Host>(m: &mut H, x: &Value, up: bool) -> FResult<Value> {
     let (tag, xs) = read_batch(m, x, name)?;
     let (v, axis, kind) = float_batch(xs, name)?;
     let f = if up { f64::ceil } else { f64::floor };
-    let rounded = map_floats(&v, f).ok_or_else(|| Fault::unbatched(name))?;
+    let rounded = map_floats(&v, f).ok_or_else(|| on_numbers(&v, name))?;
     Ok(batched(tag, rounded?, axis, kind))
+}
+
+/// Whether the stack under `v`'s batching layers is traced (inside `jit`).
+fn traced_under(v: &Value) -> bool {
+    match strip(v) {
+        Value::Batched(b) => traced_under(&b.value),
+        Value::Staged(_) | Value::StagedFloat(_) => true,
+        _ => false,
+    }
+}
+
+/// Why `what`, which these rules compute on a stack's numbers, cannot run on `v`: staging
+/// cannot read a traced stack's numbers; otherwise there is no rule for what is under it.
+fn on_numbers(v: &Value, what: &str) -> Fault {
+    if traced_under(v) {
+        Fault::unstageable(&format!("`{what}` of a batch"))
+    } else {
+        Fault::unbatched(what)
+    }
 }
 
 /// `f` of every number of the stack under `v`'s batching layers, in `v`'s layout, dtype and
@@ -461,17 +484,22 @@ pub fn compare<H: Host>(m: &mut H, tag: u32, p: Prim, a: Value, b: Value) -> FRe
         (At::Batch(v, _, _), _) | (_, At::Batch(v, _, _)) => super::underlying(v),
         _ => None,
     };
-    let plain = |v: At| -> FResult<Value> {
+    let plain = |m: &mut H, v: At| -> FResult<Value> {
         Ok(match v {
             At::Batch(v, _, _) => strip(&v),
             At::Plain(v) => match (strip(&v), &template) {
                 (Value::Int(n), _) => int_scalar(n)?,
                 (Value::Float(x), Some(t)) => crate::runtime::tensor::wrap(t.full_like(&[], x)?),
+                // A traced Float (inside `jit`): a 0-d tensor by a traced product, compared
+                // by the staged program on every call.
+                (x @ Value::StagedFloat(_), Some(t)) => {
+                    m.prim2(Prim::Mul, crate::runtime::tensor::wrap(t.full_like(&[], 1.0)?), x)?
+                }
                 (other, _) => other,
             },
         })
     };
-    let (x, y) = (plain(a)?, plain(b)?);
+    let (x, y) = (plain(m, a)?, plain(m, b)?);
     let out = m.forward(&TOp::Cmp(c), &[x, y])?;
     Ok(batched(tag, out, 0, Example::Bool))
 }

@@ -1214,8 +1214,12 @@ impl Machine {
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Staged(_) | StagedFloat(_)) => {
                 return self.jit.binary(p, a, b)
             }
+            // (A comparison with a batched operand gives a batch of Bools, which stages: it
+            // decides nothing until a `where` or a pick reads it per example.)
             (Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge, _, _)
-                if self.jit.tracing() && (stage::holds_staged(&a) || stage::holds_staged(&b)) =>
+                if self.jit.tracing()
+                    && !(batched_under(&a) || batched_under(&b))
+                    && (stage::holds_staged(&a) || stage::holds_staged(&b)) =>
             {
                 return Err(stage::refuse(&format!("a comparison (`{}`)", comparison(p))))
             }

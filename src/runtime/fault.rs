@@ -52,6 +52,13 @@ impl Fault {
         Fault { kind: FaultKind::Staging, msg: msg.into(), help: None }
     }
 
+    /// The refusal of `what`, which would read a traced value's numbers (a branch, a
+    /// conversion, a store), met while tracing.
+    pub fn unstageable(what: &str) -> Fault {
+        Fault::staging(format!("jit: cannot stage {what} on a traced value"))
+            .help("a staged function may not branch on, read the numbers of, print or store its traced Floats and tensors; use `where` for elementwise choices, or call it without `jit`")
+    }
+
     /// Whether `catch` hands this fault to its handler: the program's own faults only.
     pub fn is_catchable(&self) -> bool {
         self.kind == FaultKind::User

@@ -257,8 +257,7 @@ pub fn holds_staged(v: &Value) -> bool {
 
 /// The located error for a construct staging cannot see through.
 pub fn refuse(what: &str) -> Fault {
-    Fault::staging(format!("jit: cannot stage {what} on a traced value"))
-        .help("a staged function may not branch on, read the numbers of, print or store its traced Floats and tensors; use `where` for elementwise choices, or call it without `jit`")
+    Fault::unstageable(what)
 }
 
 /// Walks an argument: its signature and its Float and tensor leaves, in order.
