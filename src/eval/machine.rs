@@ -1404,6 +1404,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::Vmap
             | B::Jit
             | B::StopGradient
+            | B::TreeClip
             | B::Error
             | B::Sin
             | B::Cos

@@ -30,6 +30,13 @@ fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
 /// the plain clamp and the perturbation of `x` is kept with weight w by
 /// `select(x, w) · w + select(clamp x, 1 - w) · (1 - w)`.
 fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
+    match strip(&x) {
+        // A traced tensor (inside `jit`): the `clip` builtin, which stages.
+        Value::Staged(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
+        // A traced Float would be clamped by its number here: refused, as a comparison is.
+        Value::StagedFloat(_) => return Err(Fault::unstageable("`tree_clip` of a Float")),
+        _ => {}
+    }
     if let Value::Batched(_) = strip(&x) {
         // A batch: a tensor leaf is the `clip` builtin's, a batch of Floats clipped per example.
         if !ad::is_tensor(&x) {
