@@ -782,6 +782,49 @@ let () = pt (slice m 0 16799990 16800010)
     ]);
 }
 
+/// Long reductions and scans, whose single-workgroup (or single-thread) loops came out wrong
+/// on lavapipe past ~1.37M elements a group and 65,535 a line, now folded in chunks; and tanh
+/// near 0, where the exp-based builtin cancels.
+#[test]
+fn gpu_long_axes_and_tanh_near_zero() {
+    check(&[
+        Case {
+            name: "long sum_axis",
+            tol: R,
+            code: r#"
+let tall = randn 21 [1400000, 2]
+let () = pt (sum_axis tall 0)
+let () = pt (mean_axis (ones [3, 1400000]) 1)
+let () = pt (max_axis tall 0)
+let () = pt (grad (fun b -> sum (ones [1400000] * b)) (tensor [1.0]))
+"#,
+        },
+        Case {
+            name: "long cumsum",
+            tol: R,
+            code: r#"
+let c = cumsum (randn 22 [3, 70000]) 1
+let () = pt (slice c 1 65530 65540)
+let () = pt (slice c 1 69990 70000)
+let d = cumsum (randn 23 [9000, 2, 3]) 0
+let () = pt (slice d 0 4094 4098)
+let () = pt (slice (jit (fun x -> cumsum (x * 2.0) 0) (randn 24 [70000])) 0 69995 70000)
+let () = pt (slice (grad (fun x -> sum (cumsum x 0 * x)) (randn 25 [70000])) 0 0 5)
+"#,
+        },
+        Case {
+            name: "tanh near 0",
+            tol: E,
+            code: r#"
+let t = tensor [1e-30, 1e-10, 1e-8, 1e-6, 1e-5, 0.001, 0.1, -0.2499, 0.25, -0.3, 1.0, -3.0, 20.0]
+let () = pt (tanh t / t)
+let () = pt (jit (fun t -> tanh (t * 1.0) / t) t)
+let () = pt (grad (fun t -> sum (tanh t)) t)
+"#,
+        },
+    ]);
+}
+
 #[test]
 fn gpu_mixed_devices_are_an_error_naming_both() {
     if !gpu() {

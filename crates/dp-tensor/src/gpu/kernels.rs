@@ -410,6 +410,10 @@ fn argmax_pair(x: &GpuTensor) -> TResult<GpuTensor> {
     })
 }
 
+/// The longest group one workgroup folds alone (`reduce_groups`): 256 elements a thread. (On
+/// lavapipe a workgroup folding 1.4M elements came out wrong, 43690 for a sum of ones.)
+const GROUP_CHUNK: usize = 64 * 256;
+
 /// Folds groups of elements: output `shape` (row-major over `kept`), where output element o
 /// folds the elements at base(o) + Σ rcoord·rstride. `kept` and `red` are (size, stride)
 /// pairs in input elements.
@@ -422,12 +426,11 @@ fn reduce_groups(
     shape: Vec<usize>,
 ) -> TResult<GpuTensor> {
     let g = context()?;
-    let out = new_output(g, shape)?;
-    let n_out = out.len();
-    if n_out == 0 {
-        return Ok(out);
-    }
+    let n_out: usize = shape.iter().product();
     let r: usize = red.iter().map(|p| p.0).product();
+    if n_out == 0 {
+        return new_output(g, shape);
+    }
     let mut prm = vec![
         u32_of(n_out, "a tensor's size")?,
         fold as u32,
@@ -440,6 +443,17 @@ fn reduce_groups(
     prm.extend(words(&kept.iter().map(|p| p.1).collect::<Vec<_>>())?);
     prm.extend(words(&red.iter().map(|p| p.0).collect::<Vec<_>>())?);
     prm.extend(words(&red.iter().map(|p| p.1).collect::<Vec<_>>())?);
+    if r > GROUP_CHUNK && fold != Fold::SumExp {
+        // Long groups: partials of chunks first, a workgroup each, then the partials folded
+        // as groups (a workgroup's loop stays short, and a long group is spread over many).
+        let nchunks = r.div_ceil(GROUP_CHUNK);
+        prm.extend([u32_of(nchunks, "a reduction's size")?, GROUP_CHUNK as u32]);
+        let partials = new_output(g, vec![n_out * nchunks])?;
+        let p = pipe(g, REDUCE, "reduce_chunks")?;
+        g.dispatch(&p, &[(0, &g.meta(&prm)), (1, x.raw()), (2, partials.raw())], (n_out * nchunks) as u64)?;
+        return reduce_groups(&partials, &[(n_out, nchunks)], &[(nchunks, 1)], fold, scale, shape);
+    }
+    let out = new_output(g, shape)?;
     let prm = g.meta(&prm);
     // Small groups: a thread per output; large ones: a workgroup (tree) per output.
     if r <= 32 {
@@ -589,12 +603,34 @@ pub fn cumsum(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
     }
     let n = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
-    let lines = out.len() / n;
+    let outer = out.len() / (n * inner);
+    let nch = n.div_ceil(SCAN_CHUNK);
+    let words = |count: usize| -> TResult<Vec<u32>> {
+        Ok(vec![
+            u32_of(count, "a tensor's size")?,
+            u32_of(n, "a dimension")?,
+            u32_of(inner, "a dimension")?,
+            SCAN_CHUNK as u32,
+        ])
+    };
+    // Each chunk's running sums and total, then (for lines of several chunks) the running sums
+    // of the totals carried into the chunks after the first.
+    let totals = new_output(g, vec![outer, nch, inner])?;
     let p = pipe(g, LAYOUT, "cumsum")?;
-    let prm = g.meta(&[u32_of(lines, "a tensor's size")?, u32_of(n, "a dimension")?, u32_of(inner, "a dimension")?]);
-    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw())], groups(lines, 256))?;
+    let prm = g.meta(&words(outer * nch * inner)?);
+    g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw()), (3, totals.raw())], groups(outer * nch * inner, 256))?;
+    if nch > 1 {
+        let carried = cumsum(&totals, 1)?;
+        let p = pipe(g, LAYOUT, "cumsum_carry")?;
+        let prm = g.meta(&words(out.len())?);
+        g.dispatch(&p, &[(0, &prm), (1, carried.raw()), (2, out.raw())], groups(out.len(), 256))?;
+    }
     Ok(out)
 }
+
+/// The longest run one thread of `cumsum` sums alone (a line longer is split into chunks whose
+/// totals are carried; on lavapipe a loop of more than 65535 iterations stops short).
+const SCAN_CHUNK: usize = 4096;
 
 /// NumPy's `take(x, indices, axis)` at `pos`, the indices' positions along `axis` (checked in
 /// range by the caller), `ishape` the indices' shape.

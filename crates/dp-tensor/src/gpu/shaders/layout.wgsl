@@ -3,12 +3,16 @@
 // the parts of a concat (destination offset and strides). One thread per element copied,
 // workgroup ids linearised over a 2-D grid.
 // prm: [n, rank, src offset, dst offset, shape[rank], src_stride[rank], dst_stride[rank]]
-// `cumsum`: running sums along an axis, one thread per line, in the CPU's order.
-// prm: [lines, n (the axis's length), inner (the product of the axes after it)]
+// `cumsum`: running sums along an axis, one thread per chunk of a line (the CPU's order within
+// the chunk), each chunk's total to `totals` [outer, nchunks, inner]; `cumsum_carry` then adds
+// to each element of chunk c > 0 the inclusive running sum of the totals before it.
+// prm: [lines · nchunks (cumsum) or elements (cumsum_carry), n (the axis's length), inner (the
+// product of the axes after it), chunk]
 
 @group(0) @binding(0) var<storage, read> prm: array<u32>;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read_write> totals: array<f32>;
 
 const WG: u32 = 256u;
 
@@ -43,11 +47,37 @@ fn cumsum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     let n = prm[1];
     let inner = prm[2];
-    let base = (i / inner) * n * inner + i % inner;
+    let chunk = prm[3];
+    let nch = (n + chunk - 1u) / chunk;
+    // i over (outer, chunk, inner), the layout of `totals`.
+    let r = i % inner;
+    let c = (i / inner) % nch;
+    let o = i / (inner * nch);
+    let base = o * n * inner + r;
     var acc = 0.0;
-    for (var j = 0u; j < n; j = j + 1u) {
+    for (var j = c * chunk; j < min(n, (c + 1u) * chunk); j = j + 1u) {
         acc = acc + src[base + j * inner];
         dst[base + j * inner] = acc;
+    }
+    totals[i] = acc;
+}
+
+@compute @workgroup_size(256)
+fn cumsum_carry(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let e = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (e >= prm[0]) {
+        return;
+    }
+    let n = prm[1];
+    let inner = prm[2];
+    let chunk = prm[3];
+    let nch = (n + chunk - 1u) / chunk;
+    let r = e % inner;
+    let c = ((e / inner) % n) / chunk;
+    let o = e / (inner * n);
+    if (c > 0u) {
+        dst[e] = dst[e] + src[(o * nch + c - 1u) * inner + r];
     }
 }
 

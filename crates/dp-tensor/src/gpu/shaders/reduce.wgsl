@@ -6,6 +6,9 @@
 //   prm: [n, op, bits of shift]   op: 0 sum, 1 max, 2 sum of exp(x - shift) (logsumexp)
 // `reduce_groups`: the elements of each output group (a sum_axis, a sum back to a broadcast
 //   shape, ...) — one workgroup per output, a tree over the group's elements.
+// `reduce_chunks`: a first pass for long groups: workgroup (o, c) folds elements
+//   [c·chunk, (c+1)·chunk) of group o into out[o·nchunks + c] (unscaled); the host folds those
+//   partials as groups of nchunks. prm: as reduce_groups, then [nchunks, chunk].
 // `reduce_groups_thread`: the same, one thread per output (for small groups).
 //   prm: [n_out, op, r, nk, nr, bits of scale, kshape[nk], kstride[nk], rshape[nr], rstride[nr]]
 //   op: 0 sum, 1 max; output o (row-major over kshape) folds the r elements at
@@ -144,6 +147,41 @@ fn reduce_groups(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     }
     if (lid == 0u) {
         out[o] = gtree[0] * bitcast<f32>(prm[5]);
+    }
+}
+
+@compute @workgroup_size(64)
+fn reduce_chunks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let w = wid.x + wid.y * nwg.x;
+    let at = 6u + 2u * prm[3] + 2u * prm[4];
+    let nchunks = prm[at];
+    let chunk = prm[at + 1u];
+    if (w >= prm[0] * nchunks) {
+        return;
+    }
+    let o = w / nchunks;
+    let c = w % nchunks;
+    let op = prm[1];
+    let end = min(prm[2], (c + 1u) * chunk);
+    let base = group_base(o);
+    var acc = 0.0;
+    if (op == 1u) {
+        acc = neg_inf();
+    }
+    for (var i = c * chunk + lid; i < end; i = i + GW) {
+        acc = combine(op, acc, x[base + group_offset(i)]);
+    }
+    gtree[lid] = acc;
+    workgroupBarrier();
+    for (var s = GW / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            gtree[lid] = combine(op, gtree[lid], gtree[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[w] = gtree[0];
     }
 }
 
