@@ -587,6 +587,25 @@ fn gpu_nan_propagation_and_selects() {
             tol: R,
             code: "let () = pt (grad (fun t -> sum (grad (fun t -> sum (grad (fun t -> sum (t ** tensor [2.0, 3.0, 0.0])) t)) t)) (tensor [0.0, 0.0, 0.0]))",
         },
+        // Comparisons with NaN are unordered (only `!=` holds) and NaN is true, as on the CPU:
+        // lavapipe's `nan != nan` was false, so the replace-NaN idiom kept the NaN.
+        Case {
+            name: "NaN comparisons",
+            tol: E,
+            code: r#"
+let n = concat 0 [nan1, tensor [1.0, 2.0]]
+let f32 t = astype "float32" t
+let () = pt (f32 (not_equal n n))
+let () = pt (f32 (equal n n))
+let () = pt (f32 (less n 1.5))
+let () = pt (f32 (greater_equal n 1.0))
+let () = pt (f32 (logical_and n (tensor [1.0, 0.0, 1.0])))
+let () = pt (f32 (logical_or n (tensor [0.0, 0.0, 0.0])))
+let () = pt (where (not_equal n n) (zeros [3]) n)
+let () = pt (where n (ones [3]) (zeros [3]))
+let () = pt (jit (fun n -> where (not_equal n n) (zeros [3]) (n * 2.0)) n)
+"#,
+        },
     ]);
 }
 

@@ -19,6 +19,16 @@ fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
+// A truth value's test, on the bits: anything but ±0 is true (NaN included, as on the CPU).
+fn truthy(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) != 0u;
+}
+
+// Whether a comparison of x and y is unordered (a NaN operand): then only `!=` holds.
+fn unordered(x: f32, y: f32) -> bool {
+    return is_nan(x) || is_nan(y);
+}
+
 fn inf() -> f32 {
     return bitcast<f32>(0x7f800000u);
 }
@@ -74,29 +84,31 @@ fn binary_op(op: u32, x: f32, y: f32) -> f32 {
         case 4u: {
             return powf(x, y);
         }
+        // Comparisons test NaN on the bits: a compiler may assume float comparisons never see
+        // it (lavapipe's `nan != nan` was false, so `where (not_equal x x)` kept NaNs).
         case 6u: {
-            return select(0.0, 1.0, x < y);
+            return select(0.0, 1.0, !unordered(x, y) && x < y);
         }
         case 7u: {
-            return select(0.0, 1.0, x <= y);
+            return select(0.0, 1.0, !unordered(x, y) && x <= y);
         }
         case 8u: {
-            return select(0.0, 1.0, x > y);
+            return select(0.0, 1.0, !unordered(x, y) && x > y);
         }
         case 9u: {
-            return select(0.0, 1.0, x >= y);
+            return select(0.0, 1.0, !unordered(x, y) && x >= y);
         }
         case 10u: {
-            return select(0.0, 1.0, x == y);
+            return select(0.0, 1.0, !unordered(x, y) && x == y);
         }
         case 11u: {
-            return select(0.0, 1.0, x != y);
+            return select(0.0, 1.0, unordered(x, y) || x != y);
         }
         case 12u: {
-            return select(0.0, 1.0, x != 0.0 && y != 0.0);
+            return select(0.0, 1.0, truthy(x) && truthy(y));
         }
         case 13u: {
-            return select(0.0, 1.0, x != 0.0 || y != 0.0);
+            return select(0.0, 1.0, truthy(x) || truthy(y));
         }
         case 14u: {
             return select(select(select(x, y, y > x), y, is_nan(y)), x, is_nan(x));
