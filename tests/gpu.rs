@@ -801,9 +801,9 @@ let () = pt (slice m 0 16799990 16800010)
     ]);
 }
 
-/// Long reductions and scans, whose single-workgroup (or single-thread) loops came out wrong
-/// on lavapipe past ~1.37M elements a group and 65,535 a line, now folded in chunks; and tanh
-/// near 0, where the exp-based builtin cancels.
+/// Long reductions, softmaxes and scans, whose single-workgroup (or single-thread) loops came
+/// out wrong on lavapipe past ~1.37M elements a group and 65,535 a line, now folded in chunks;
+/// and tanh near 0, where the exp-based builtin cancels.
 #[test]
 fn gpu_long_axes_and_tanh_near_zero() {
     check(&[
@@ -816,6 +816,10 @@ let () = pt (sum_axis tall 0)
 let () = pt (mean_axis (ones [3, 1400000]) 1)
 let () = pt (max_axis tall 0)
 let () = pt (grad (fun b -> sum (ones [1400000] * b)) (tensor [1.0]))
+let wide = randn 26 [2, 1400000]
+let () = pt (sum_axis (softmax wide) 1)
+let () = pt (slice (log_softmax wide) 1 1399995 1400000)
+let () = pf (sum (softmax (zeros [1400000])))
 "#,
         },
         Case {

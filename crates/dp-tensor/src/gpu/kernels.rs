@@ -412,7 +412,7 @@ fn argmax_pair(x: &GpuTensor) -> TResult<GpuTensor> {
 
 /// The longest group one workgroup folds alone (`reduce_groups`): 256 elements a thread. (On
 /// lavapipe a workgroup folding 1.4M elements came out wrong, 43690 for a sum of ones.)
-const GROUP_CHUNK: usize = 64 * 256;
+pub(super) const GROUP_CHUNK: usize = 64 * 256;
 
 /// Folds groups of elements: output `shape` (row-major over `kept`), where output element o
 /// folds the elements at base(o) + Σ rcoord·rstride. `kept` and `red` are (size, stride)

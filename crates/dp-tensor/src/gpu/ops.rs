@@ -68,7 +68,10 @@ impl Backend for GpuTensor {
         k::scatter_row(self, i, shape)
     }
     fn softmax(&self, log: bool) -> TResult<Self> {
-        k::softmax(self, log)
+        match self.shape.last() {
+            Some(&len) if len > k::GROUP_CHUNK => long_softmax(self, log),
+            _ => k::softmax(self, log),
+        }
     }
     fn normalize(&self, g: Option<&Self>, eps: f64) -> TResult<Self> {
         normalize(self, g, eps)
@@ -156,6 +159,23 @@ fn normalize(x: &GpuTensor, g: Option<&GpuTensor>, eps: f64) -> TResult<GpuTenso
     let centred = k::binary(Bin::Sub, g, &mg)?;
     let d = k::binary(Bin::Sub, &centred, &k::binary(Bin::Mul, &y, &mgy)?)?;
     k::binary(Bin::Mul, &d, &rstd)
+}
+
+/// softmax (log_softmax) of rows too long for one workgroup's loop (`softmax.wgsl`'s came out
+/// wrong past ~1.37M elements on lavapipe), from the chunked reductions: x − m − log Σ exp(x − m)
+/// with m the row's maximum, exponentiated for softmax.
+fn long_softmax(x: &GpuTensor, log: bool) -> TResult<GpuTensor> {
+    let last = x.shape.len() - 1;
+    let mut kept = x.shape.clone();
+    kept[last] = 1;
+    let m = k::reduce_axis(x, last, Fold::Max, 1.0)?.reshaped(kept.clone());
+    let shifted = k::binary(Bin::Sub, x, &m)?;
+    let sum = k::reduce_axis(&unary(Un::Exp, &shifted)?, last, Fold::Sum, 1.0)?.reshaped(kept);
+    let log_p = k::binary(Bin::Sub, &shifted, &unary(Un::Log, &sum)?)?;
+    if log {
+        return Ok(log_p);
+    }
+    unary(Un::Exp, &log_p)
 }
 
 /// `SoftmaxGrad` from the GPU's kernels: the row sums by a reduction over the last axis, the
