@@ -120,21 +120,17 @@ fn group_offset(r: u32) -> u32 {
 
 var<workgroup> gtree: array<f32, 64>;
 
-@compute @workgroup_size(64)
-fn reduce_groups(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                 @builtin(local_invocation_index) lid: u32) {
-    let o = wid.x + wid.y * nwg.x;
-    if (o >= prm[0]) {
-        return;
-    }
+// Group o's elements [start, end) folded by the workgroup: its GW threads stride through them,
+// then a tree in workgroup memory; every thread returns the result. (Called in uniform
+// control flow: it holds barriers.)
+fn fold_group(o: u32, start: u32, end: u32, lid: u32) -> f32 {
     let op = prm[1];
-    let r = prm[2];
     let base = group_base(o);
     var acc = 0.0;
     if (op == 1u) {
         acc = neg_inf();
     }
-    for (var i = lid; i < r; i = i + GW) {
+    for (var i = start + lid; i < end; i = i + GW) {
         acc = combine(op, acc, x[base + group_offset(i)]);
     }
     gtree[lid] = acc;
@@ -145,8 +141,19 @@ fn reduce_groups(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
         }
         workgroupBarrier();
     }
+    return gtree[0];
+}
+
+@compute @workgroup_size(64)
+fn reduce_groups(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let o = wid.x + wid.y * nwg.x;
+    if (o >= prm[0]) {
+        return;
+    }
+    let folded = fold_group(o, 0u, prm[2], lid);
     if (lid == 0u) {
-        out[o] = gtree[0] * bitcast<f32>(prm[5]);
+        out[o] = folded * bitcast<f32>(prm[5]);
     }
 }
 
@@ -160,28 +167,10 @@ fn reduce_chunks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     if (w >= prm[0] * nchunks) {
         return;
     }
-    let o = w / nchunks;
     let c = w % nchunks;
-    let op = prm[1];
-    let end = min(prm[2], (c + 1u) * chunk);
-    let base = group_base(o);
-    var acc = 0.0;
-    if (op == 1u) {
-        acc = neg_inf();
-    }
-    for (var i = c * chunk + lid; i < end; i = i + GW) {
-        acc = combine(op, acc, x[base + group_offset(i)]);
-    }
-    gtree[lid] = acc;
-    workgroupBarrier();
-    for (var s = GW / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            gtree[lid] = combine(op, gtree[lid], gtree[lid + s]);
-        }
-        workgroupBarrier();
-    }
+    let folded = fold_group(w / nchunks, c * chunk, min(prm[2], (c + 1u) * chunk), lid);
     if (lid == 0u) {
-        out[w] = gtree[0];
+        out[w] = folded;
     }
 }
 
