@@ -849,6 +849,26 @@ let () = pt (grad (fun t -> sum (tanh t)) t)
 }
 
 #[test]
+fn gpu_load_params_that_cannot_go_to_the_gpu_names_the_file_and_leaf() {
+    if !gpu() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("dp-gpu-f64-{}.safetensors", std::process::id()));
+    let path = path.to_string_lossy().to_string();
+    let r = dp(
+        "gpu",
+        &format!(
+            "let () = save_params \"{path}\" {{ w = astype \"float64\" (to_device \"cpu\" (ones [2])) }}\n\
+             let () = println (show (load_params \"{path}\" {{ w = ones [2] }}))\n"
+        ),
+    );
+    let _ = std::fs::remove_file(&path);
+    assert!(!r.ok, "a float64 leaf went to the GPU: {}", r.stdout);
+    let want = format!("load_params: `{path}`: tensor `w`: the GPU backend holds float32 tensors only");
+    assert!(r.stderr.contains(&want) && !r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
 fn gpu_mixed_devices_are_an_error_naming_both() {
     if !gpu() {
         return;

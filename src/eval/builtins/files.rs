@@ -194,7 +194,15 @@ impl<'a> Load<'a> {
             let t = self.file.tensor(e)?;
             let device = template.as_tensor()?.device();
             // `to_device` copies even to the same device: skip it on the CPU.
-            wrap(if t.device() == device { t } else { t.to_device(device)? })
+            wrap(if t.device() == device {
+                t
+            } else {
+                // (The GPU holds float32 only: a float64 file for a GPU template, say.)
+                t.to_device(device).map_err(|e| Fault {
+                    msg: format!("load_params: `{file}`: tensor `{name}`: {}", e.msg),
+                    ..Fault::from(e)
+                })?
+            })
         })
     }
 }
