@@ -230,11 +230,7 @@ fn int_arith<H: Host>(m: &mut H, tag: u32, p: Prim, a: At, b: At) -> FResult<Val
             let (zx, zy) = (m.prim2(Prim::Mul, x.clone(), zero.clone())?, m.prim2(Prim::Mul, y.clone(), zero)?);
             let (x, y) = (m.prim2(Prim::Add, x, zy)?, m.prim2(Prim::Add, y, zx)?);
             let f = if p == Prim::Div { i64::wrapping_div } else { i64::wrapping_rem };
-            match zip_ints(&x, &y, f) {
-                Some(q) => q,
-                None if traced_under(&x) || traced_under(&y) => return Err(on_numbers(&x, symbol(p))),
-                None => return Err(Fault::unbatched(symbol(p))),
-            }
+            zip_ints(&x, &y, f).ok_or_else(|| on_numbers(&[&x, &y], symbol(p)))?
         }
         _ => return Err(Fault::unbatched(symbol(p))),
     };
@@ -265,7 +261,7 @@ pub fn round<H: Host>(m: &mut H, x: &Value, up: bool) -> FResult<Value> {
     let (tag, xs) = read_batch(m, x, name)?;
     let (v, axis, kind) = float_batch(xs, name)?;
     let f = if up { f64::ceil } else { f64::floor };
-    let rounded = map_floats(&v, f).ok_or_else(|| on_numbers(&v, name))?;
+    let rounded = map_floats(&v, f).ok_or_else(|| on_numbers(&[&v], name))?;
     Ok(batched(tag, rounded?, axis, kind))
 }
 
@@ -278,10 +274,11 @@ fn traced_under(v: &Value) -> bool {
     }
 }
 
-/// Why `what`, which these rules compute on a stack's numbers, cannot run on `v`: staging
-/// cannot read a traced stack's numbers; otherwise there is no rule for what is under it.
-fn on_numbers(v: &Value, what: &str) -> Fault {
-    if traced_under(v) {
+/// Why `what`, which these rules compute on its operands' stacks' numbers, cannot run on
+/// `operands`: staging cannot read a traced stack's numbers; otherwise there is no rule for
+/// what is under them.
+fn on_numbers(operands: &[&Value], what: &str) -> Fault {
+    if operands.iter().any(|v| traced_under(v)) {
         Fault::unstageable(&format!("`{what}` of a batch"))
     } else {
         Fault::unbatched(what)

@@ -518,7 +518,7 @@ impl Machine {
                     }
                     if !match_pattern(pat, &v, &mut self.stack, base) {
                         if self.jit.tracing() && float_pattern_on_staged(pat, &v) {
-                            fault!(stage::refuse("`match` on a Float pattern"));
+                            fault!(Fault::unstageable("`match` on a Float pattern"));
                         }
                         pc = t as usize;
                     }
@@ -535,7 +535,7 @@ impl Machine {
                     }
                     let ok = match_pattern(&clo.func.pats[p as usize], &v, &mut self.stack, base);
                     if !ok && self.jit.tracing() && float_pattern_on_staged(&clo.func.pats[p as usize], &v) {
-                        fault!(stage::refuse("`match` on a Float pattern"));
+                        fault!(Fault::unstageable("`match` on a Float pattern"));
                     }
                     value::discard(std::mem::replace(&mut self.stack[slot], v));
                     if !ok {
@@ -1103,8 +1103,8 @@ impl Machine {
         if fault.kind == FaultKind::Staging {
             // A refusal is the staged call's, not a `catch`'s inside it: unwind the traced
             // call first (dropping its trace); outside it the fault is the program's own.
-            while self.delims().any(|d| matches!(d, Delim::Stage)) {
-                self.restore_below()?;
+            if self.delims().any(|d| matches!(d, Delim::Stage)) {
+                while !matches!(self.restore_below()?, Delim::Stage) {}
             }
             fault.kind = FaultKind::User;
         }
@@ -1221,10 +1221,10 @@ impl Machine {
                     && !(batched_under(&a) || batched_under(&b))
                     && (stage::holds_staged(&a) || stage::holds_staged(&b)) =>
             {
-                return Err(stage::refuse(&format!("a comparison (`{}`)", comparison(p))))
+                return Err(Fault::unstageable(&format!("a comparison (`{}`)", comparison(p))))
             }
             (Prim::Assign, _, _) if self.jit.tracing() && stage::holds_staged(&b) => {
-                return Err(stage::refuse("storing in a reference (`:=`)"))
+                return Err(Fault::unstageable("storing in a reference (`:=`)"))
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
             | (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, _, Tensor(_)) => {
@@ -1483,7 +1483,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::Dtype
     );
     if !stages && args.iter().any(stage::holds_staged) {
-        return Err(stage::refuse(&format!("`{name}`")));
+        return Err(Fault::unstageable(&format!("`{name}`")));
     }
     Ok(())
 }

@@ -422,9 +422,12 @@ fn show_tensor(t: &crate::tensor::Tensor, out: &mut String) {
             DType::Bool => format!("{}", x != 0.0),
         }
     };
-    // Only a GPU tensor's read-back can fail; the value still prints, saying why it could not.
-    let values = match t.to_f64s() {
-        Ok(values) => values,
+    // The numbers as f64s where they print from them: a summary, or float elements (int64 and
+    // bool elements print from their own data). Only a GPU tensor's read-back can fail; the
+    // value still prints, saying why it could not.
+    let from_f64s = t.len() > 1000 || (t.i64s().is_none() && t.bools().is_none());
+    let values = match from_f64s.then(|| t.to_f64s()).transpose() {
+        Ok(values) => values.unwrap_or_default(),
         Err(e) => {
             let _ = write!(out, "<tensor {}: {e}>", crate::tensor::fmt_shape(shape));
             return;

@@ -13,7 +13,7 @@
 //!
 //! Ints, Bools and Strings in `x` are part of the signature and stay plain, so control flow on
 //! them is traced through (the trace is one path); what would branch on a traced value is
-//! refused with a located error (see `refuse`).
+//! refused with a located error (`Fault::unstageable`, a `FaultKind::Staging` fault).
 //!
 //! Modules: `ir` (the program), `trace` (emitting it), `opt` (simplification, common
 //! subexpressions, dead code), `fuse` (matrix products as single GEMM calls), `exec` (running
@@ -35,7 +35,7 @@ use crate::runtime::{FResult, Fault};
 use crate::tensor::{DType, Device, TOp, Un};
 use ir::Op;
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::time::Instant;
 use trace::Trace;
@@ -177,7 +177,7 @@ struct Pending {
     effect: Option<&'static str>,
     /// The references made during the trace (their addresses): the call's own state, which
     /// each run of the program makes afresh.
-    own_refs: Vec<usize>,
+    own_refs: HashSet<usize>,
 }
 
 /// What `jit f x` does on this call.
@@ -253,11 +253,6 @@ pub fn holds_staged(v: &Value) -> bool {
         Value::Pap(p) => p.args.iter().any(holds_staged),
         _ => false,
     }
-}
-
-/// The located error for a construct staging cannot see through.
-pub fn refuse(what: &str) -> Fault {
-    Fault::unstageable(what)
 }
 
 /// Walks an argument: its signature and its Float and tensor leaves, in order.
@@ -558,9 +553,13 @@ impl Jit {
             return Ok(Call::Inline);
         }
         self.clock += 1;
-        if let Some(func) = self.functions.get_mut(&key_of(f)).filter(|func| func.unstaged.is_some()) {
-            func.used = self.clock;
-            let (id, why) = (func.id, func.unstaged.unwrap_or(CHANGING));
+        let clock = self.clock;
+        let unstaged = self.functions.get_mut(&key_of(f)).and_then(|func| {
+            let why = func.unstaged?;
+            func.used = clock;
+            Some((func.id, why))
+        });
+        if let Some((id, why)) = unstaged {
             self.note(|| format!("inline #{id} (unstaged: {why})"));
             return Ok(Call::Inline);
         }
@@ -623,7 +622,7 @@ impl Jit {
             started: Instant::now(),
             vjp,
             effect: None,
-            own_refs: Vec::new(),
+            own_refs: HashSet::new(),
         });
         Ok(arg)
     }
@@ -698,7 +697,7 @@ impl Jit {
     /// The traced call made reference `r`.
     pub fn made_ref(&mut self, r: &Rc<RefCell<Value>>) {
         if let Some(p) = self.pending.as_mut() {
-            p.own_refs.push(Rc::as_ptr(r) as usize);
+            p.own_refs.insert(Rc::as_ptr(r) as usize);
         }
     }
 

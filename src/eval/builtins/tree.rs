@@ -35,14 +35,10 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
         Value::Staged(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
         // A traced Float would be clamped by its number here: refused, as a comparison is.
         Value::StagedFloat(_) => return Err(Fault::unstageable("`tree_clip` of a Float")),
-        _ => {}
-    }
-    if let Value::Batched(_) = strip(&x) {
         // A batch: a tensor leaf is the `clip` builtin's, a batch of Floats clipped per example.
-        if !ad::is_tensor(&x) {
-            return ad::batch::clip_floats(m, x, lo, hi);
-        }
-        return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x);
+        Value::Batched(_) if !ad::is_tensor(&x) => return ad::batch::clip_floats(m, x, lo, hi),
+        Value::Batched(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
+        _ => {}
     }
     let c = clamp(&x, lo, hi)?;
     if !is_ad(&x) {

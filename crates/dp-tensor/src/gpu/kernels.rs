@@ -443,7 +443,7 @@ fn reduce_groups(
     prm.extend(words(&kept.iter().map(|p| p.1).collect::<Vec<_>>())?);
     prm.extend(words(&red.iter().map(|p| p.0).collect::<Vec<_>>())?);
     prm.extend(words(&red.iter().map(|p| p.1).collect::<Vec<_>>())?);
-    if r > GROUP_CHUNK && fold != Fold::SumExp {
+    if r > GROUP_CHUNK {
         // Long groups: partials of chunks first, a workgroup each, then the partials folded
         // as groups (a workgroup's loop stays short, and a long group is spread over many).
         let nchunks = r.div_ceil(GROUP_CHUNK);
@@ -605,7 +605,7 @@ pub fn cumsum(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer = out.len() / (n * inner);
     let nch = n.div_ceil(SCAN_CHUNK);
-    let words = |count: usize| -> TResult<Vec<u32>> {
+    let params = |count: usize| -> TResult<Vec<u32>> {
         Ok(vec![
             u32_of(count, "a tensor's size")?,
             u32_of(n, "a dimension")?,
@@ -617,12 +617,12 @@ pub fn cumsum(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
     // of the totals carried into the chunks after the first.
     let totals = new_output(g, vec![outer, nch, inner])?;
     let p = pipe(g, LAYOUT, "cumsum")?;
-    let prm = g.meta(&words(outer * nch * inner)?);
+    let prm = g.meta(&params(outer * nch * inner)?);
     g.dispatch(&p, &[(0, &prm), (1, x.raw()), (2, out.raw()), (3, totals.raw())], groups(outer * nch * inner, 256))?;
     if nch > 1 {
         let carried = cumsum(&totals, 1)?;
         let p = pipe(g, LAYOUT, "cumsum_carry")?;
-        let prm = g.meta(&words(out.len())?);
+        let prm = g.meta(&params(out.len())?);
         g.dispatch(&p, &[(0, &prm), (1, carried.raw()), (2, out.raw())], groups(out.len(), 256))?;
     }
     Ok(out)

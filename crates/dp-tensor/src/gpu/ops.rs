@@ -141,12 +141,9 @@ pub fn argmax_axis(x: &GpuTensor, axis: usize) -> TResult<GpuTensor> {
 /// standard deviation by reductions over the last axis, the rest elementwise with those
 /// broadcast along it (a handful of dispatches: layer norm is a small part of a GPU step).
 fn normalize(x: &GpuTensor, g: Option<&GpuTensor>, eps: f64) -> TResult<GpuTensor> {
-    let last = x.shape.len().checked_sub(1).ok_or_else(|| TensorError::internal("normalize of a scalar"))?;
-    let mut kept = x.shape.clone();
-    kept[last] = 1;
-    let scale = 1.0 / x.shape[last].max(1) as f32;
-    let mean_kept =
-        |t: &GpuTensor| -> TResult<GpuTensor> { Ok(k::reduce_axis(t, last, Fold::Sum, scale)?.reshaped(kept.clone())) };
+    let len = *x.shape.last().ok_or_else(|| TensorError::internal("normalize of a scalar"))?;
+    let scale = 1.0 / len.max(1) as f32;
+    let mean_kept = |t: &GpuTensor| fold_last(t, Fold::Sum, scale);
     let c = k::binary(Bin::Sub, x, &mean_kept(x)?)?;
     let var = mean_kept(&k::binary(Bin::Mul, &c, &c)?)?;
     let sd = unary(Un::Sqrt, &k::binary_scalar(Bin::Add, &var, eps as f32, false)?)?;
@@ -161,16 +158,21 @@ fn normalize(x: &GpuTensor, g: Option<&GpuTensor>, eps: f64) -> TResult<GpuTenso
     k::binary(Bin::Mul, &d, &rstd)
 }
 
+/// `t` folded over its last axis (times `scale`), that axis kept with length 1 so the result
+/// broadcasts back along it. `t` has at least one axis.
+fn fold_last(t: &GpuTensor, fold: Fold, scale: f32) -> TResult<GpuTensor> {
+    let last = t.shape.len() - 1;
+    let mut kept = t.shape.clone();
+    kept[last] = 1;
+    Ok(k::reduce_axis(t, last, fold, scale)?.reshaped(kept))
+}
+
 /// softmax (log_softmax) of rows too long for one workgroup's loop (`softmax.wgsl`'s came out
 /// wrong past ~1.37M elements on lavapipe), from the chunked reductions: x − m − log Σ exp(x − m)
 /// with m the row's maximum, exponentiated for softmax.
 fn long_softmax(x: &GpuTensor, log: bool) -> TResult<GpuTensor> {
-    let last = x.shape.len() - 1;
-    let mut kept = x.shape.clone();
-    kept[last] = 1;
-    let m = k::reduce_axis(x, last, Fold::Max, 1.0)?.reshaped(kept.clone());
-    let shifted = k::binary(Bin::Sub, x, &m)?;
-    let sum = k::reduce_axis(&unary(Un::Exp, &shifted)?, last, Fold::Sum, 1.0)?.reshaped(kept);
+    let shifted = k::binary(Bin::Sub, x, &fold_last(x, Fold::Max, 1.0)?)?;
+    let sum = fold_last(&unary(Un::Exp, &shifted)?, Fold::Sum, 1.0)?;
     let log_p = k::binary(Bin::Sub, &shifted, &unary(Un::Log, &sum)?)?;
     if log {
         return Ok(log_p);
@@ -181,11 +183,10 @@ fn long_softmax(x: &GpuTensor, log: bool) -> TResult<GpuTensor> {
 /// `SoftmaxGrad` from the GPU's kernels: the row sums by a reduction over the last axis, the
 /// rest elementwise with them broadcast along it.
 fn softmax_grad(y: &GpuTensor, g: &GpuTensor, log: bool) -> TResult<GpuTensor> {
-    let last = y.shape.len().checked_sub(1).ok_or_else(|| TensorError::internal("softmax_grad of a scalar"))?;
-    let mut kept = y.shape.clone();
-    kept[last] = 1;
-    let sum_kept =
-        |t: &GpuTensor| -> TResult<GpuTensor> { Ok(k::reduce_axis(t, last, Fold::Sum, 1.0)?.reshaped(kept.clone())) };
+    if y.shape.is_empty() {
+        return Err(TensorError::internal("softmax_grad of a scalar"));
+    }
+    let sum_kept = |t: &GpuTensor| fold_last(t, Fold::Sum, 1.0);
     if log {
         // g − exp y · Σ g
         let p = unary(Un::Exp, y)?;
