@@ -58,6 +58,9 @@ fn pick(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
         let (a, b) = tensors(m, a, b, c.name())?;
         return ad::tensor::call(m, TOp::Cmp(c), vec![a, b]);
     }
+    if traced_floats(&a, &b) {
+        return pick_traced(m, c, a, b);
+    }
     let test = if c == Cmp::Max { Prim::Ge } else { Prim::Le };
     let keep_a = m.prim2(test, strip(&a), strip(&b))?;
     if let Value::Batched(_) = keep_a {
@@ -65,6 +68,35 @@ fn pick(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
         return ad::batch::pick(m, keep_a, a, b);
     }
     Ok(if matches!(keep_a, Value::Bool(true)) { a } else { b })
+}
+
+/// Whether a pick of two Floats has a traced operand (inside `jit`) and no batched one (a
+/// batch's comparison stages as it is).
+fn traced_floats(a: &Value, b: &Value) -> bool {
+    let (a, b) = (strip(a), strip(b));
+    let traced = |v: &Value| matches!(v, Value::StagedFloat(_));
+    let batched = |v: &Value| matches!(v, Value::Batched(_));
+    (traced(&a) || traced(&b)) && !batched(&a) && !batched(&b)
+}
+
+/// `max_of`/`min_of` of Floats with a traced operand: the staged program cannot branch on
+/// it, so both go into 0-d float64 tensors and a `where` picks as the Float rule does (`a`
+/// when a ≥ b for `max_of`, a ≤ b for `min_of`: on a tie `a`, beside a NaN `b`), so the
+/// derivative goes to the operand picked, as there.
+fn pick_traced(m: &mut Machine, c: Cmp, a: Value, b: Value) -> FResult<Value> {
+    let test = if c == Cmp::Max { Cmp::GreaterEqual } else { Cmp::LessEqual };
+    let ta = float_tensor(m, a)?;
+    let tb = float_tensor(m, b)?;
+    let mask = ad::tensor::call(m, TOp::Cmp(test), vec![strip(&ta), strip(&tb)])?;
+    let picked = ad::tensor::call(m, TOp::Where, vec![mask, ta, tb])?;
+    ad::tensor::call(m, TOp::Item, vec![picked])
+}
+
+/// A Float (a traced or differentiated one too) as a 0-d float64 tensor, which keeps its
+/// precision; `TOp::Item` turns it back.
+pub(super) fn float_tensor(m: &mut Machine, x: Value) -> FResult<Value> {
+    let one = wrap(crate::tensor::Tensor::from_f64s(&[], vec![1.0])?);
+    m.prim2(Prim::Mul, one, x)
 }
 
 /// An axis of a tensor of `shape` (rank r): 0 ≤ axis < r, or −r ≤ axis < 0 counting from the

@@ -33,8 +33,13 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
     match strip(&x) {
         // A traced tensor (inside `jit`): the `clip` builtin, which stages.
         Value::Staged(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
-        // A traced Float would be clamped by its number here: refused, as a comparison is.
-        Value::StagedFloat(_) => return Err(Fault::unstageable("`tree_clip` of a Float")),
+        // A traced Float cannot be clamped by its number: as a 0-d tensor, the `clip` builtin
+        // stages (with the Float rule's derivative, which is jnp.clip's).
+        Value::StagedFloat(_) => {
+            let t = super::tensor_ops::float_tensor(m, x)?;
+            let c = super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), t)?;
+            return ad::tensor::call(m, TOp::Item, vec![c]);
+        }
         // A batch: a tensor leaf is the `clip` builtin's, a batch of Floats clipped per example.
         Value::Batched(_) if !ad::is_tensor(&x) => return ad::batch::clip_floats(m, x, lo, hi),
         Value::Batched(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
