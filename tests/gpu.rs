@@ -884,6 +884,32 @@ fn gpu_mixed_devices_are_an_error_naming_both() {
 }
 
 #[test]
+fn gpu_bool_and_int64_operands_meet_gpu_tensors_and_positions_are_int64() {
+    if !gpu() {
+        return;
+    }
+    // A bernoulli mask (a CPU bool tensor) beside GPU activations: nn.dropout, staged and not;
+    // argmax_axis positions are int64 on both devices, so they index `gather` and compare with
+    // int64 labels; a literal bool mask and int64 labels in arithmetic.
+    let src = "import nn\n\
+        let x = reshape (arange 12) [3, 4]\n\
+        let d = nn.dropout (key 3) 0.5 x\n\
+        let () = println (show (d, jit (nn.dropout (key 3) 0.5) x))\n\
+        let () = println (show (grad (fun x -> sum (nn.dropout (key 3) 0.5 x * x)) x))\n\
+        let i = argmax_axis (x * x - 5.0 * x) 1\n\
+        let () = println (show (i, dtype i, argmin_axis x 0, gather x (expand_dims i 1) 1))\n\
+        let () = println (show (equal i (tensor [0, 3, 3]), x * astype \"float32\" (tensor [true, false, true, true])))\n\
+        let () = println (show (where (tensor [true, false, true, false]) x (tensor 0.0), x + tensor [1, 2, 3, 4]))\n";
+    let (cpu, gpu) = (dp("cpu", src), dp("gpu", src));
+    assert!(cpu.ok && gpu.ok, "cpu: {}\ngpu: {}", cpu.stderr, gpu.stderr);
+    assert_eq!(cpu.stdout, gpu.stdout);
+    assert!(cpu.stdout.contains("\"int64\""), "{}", cpu.stdout);
+    // A CPU float32 tensor is still the program's choice of device: an error.
+    let r = dp("gpu", "let () = println (show (where (tensor [true]) (ones [1]) (to_device \"cpu\" (ones [1]))))\n");
+    assert!(!r.ok && r.stderr.contains("two devices (gpu and cpu)"), "{}", r.stderr);
+}
+
+#[test]
 fn gpu_missing_adapter_is_a_clear_error_and_auto_falls_back() {
     // WGPU_BACKEND restricts wgpu to a backend this platform lacks (or, on Windows, to one that
     // exists but is not Vulkan); on Linux this is the situation of a machine without a driver.

@@ -93,9 +93,13 @@ pub fn forward(op: &TOp, args: &[&Tensor]) -> TResult<Out> {
         return crate::cpu::gather::forward(op, *axis, args).map(|storage| Out::Tensor(Tensor { storage }));
     }
     let gpu = args.iter().any(|t| t.is_gpu());
-    if gpu && args.iter().any(|t| !t.is_gpu()) {
-        return Err(mixed_devices(&op.name(), Device::Gpu, Device::Cpu));
-    }
+    let uploaded;
+    let args = if gpu && args.iter().any(|t| !t.is_gpu()) {
+        uploaded = gpu_operands(op, args)?;
+        &uploaded.iter().collect::<Vec<_>>()[..]
+    } else {
+        args
+    };
     op.check(args)?;
     if matches!(op, TOp::Cmp(_) | TOp::Not | TOp::Where | TOp::ArgmaxAxis(_)) {
         return comparing(op, args, gpu).map(|storage| Out::Tensor(Tensor { storage }));
@@ -144,7 +148,12 @@ fn comparing(op: &TOp, args: &[&Tensor], on_gpu: bool) -> TResult<Storage> {
         let out = match op {
             TOp::Cmp(c) => gpu::kernels::compare(*c, g(0)?, g(1)?)?,
             TOp::Not => gpu::kernels::logical_not(g(0)?)?,
-            TOp::ArgmaxAxis(a) => gpu::ops::argmax_axis(g(0)?, *a)?,
+            // Positions are int64 on both devices (`gather`'s indices, compared with int64
+            // labels), and int64 tensors live on the CPU: computed on the device, read back.
+            TOp::ArgmaxAxis(a) => {
+                let pos = gpu::ops::argmax_axis(g(0)?, *a)?;
+                return Ok(Storage::I64(pos.host()?.mapv(|p| p as i64)));
+            }
             _ => gpu::kernels::select(g(0)?, g(1)?, g(2)?)?,
         };
         return Ok(Storage::Gpu(out));
@@ -283,6 +292,23 @@ pub fn reshape_owned(t: Tensor, shape: &[usize]) -> TResult<Tensor> {
     Ok(Tensor { storage })
 }
 
+/// The operands of an operation with a GPU operand, all on the GPU (`to_gpu`).
+fn gpu_operands(op: &TOp, args: &[&Tensor]) -> TResult<Vec<Tensor>> {
+    args.iter().map(|t| if t.is_gpu() { Ok((*t).clone()) } else { to_gpu(t, &op.name()) }).collect()
+}
+
+/// A CPU operand of an operation on GPU tensors, on the GPU: a bool or int64 tensor (a
+/// `bernoulli` mask, a comparison of int64 tensors, labels) goes there as float32, its 0/1 or
+/// integer values, since the GPU holds no other dtype and so it could not have been moved (the
+/// CPU, too, computes with such an operand in a floating dtype). Another CPU operand is an
+/// error: the program chose its device.
+fn to_gpu(t: &Tensor, what: &str) -> TResult<Tensor> {
+    match t.dtype() {
+        DType::Bool | DType::I64 => t.astype(DType::F32)?.to_device(Device::Gpu),
+        _ => Err(mixed_devices(what, Device::Gpu, Device::Cpu)),
+    }
+}
+
 /// The error for operands on two devices, naming both.
 pub fn mixed_devices(what: &str, a: Device, b: Device) -> TensorError {
     TensorError::new(format!("{what}: the operands are on two devices ({} and {})", a.name(), b.name()))
@@ -357,7 +383,8 @@ pub fn binary(op: Bin, a: Rc<Tensor>, b: Rc<Tensor>) -> TResult<Tensor> {
     match (a.gpu(), b.gpu()) {
         (None, None) => elementwise::binary(op, a, b),
         (Some(x), Some(y)) => Ok(Tensor::from_gpu(gpu::kernels::binary(op, x, y)?)),
-        _ => Err(mixed_devices(op.symbol(), a.device(), b.device())),
+        (Some(_), None) => binary(op, a, Rc::new(to_gpu(&b, op.symbol())?)),
+        (None, Some(_)) => binary(op, Rc::new(to_gpu(&a, op.symbol())?), b),
     }
 }
 
