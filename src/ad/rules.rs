@@ -153,10 +153,12 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
                 }
             };
             // ∂(a^b)/∂b = a^b · ln a, taken as 0 where a ≤ 0 (the real power is then only
-            // defined at integer b, where it is constant in b). ln a stays differentiable in a
-            // only when every base is positive; a plain tensor base has no derivative to keep,
-            // so it skips that test (on the GPU, a read-back).
-            // A traced base is never known to be positive: the select below decides per call.
+            // defined at integer b, where it is constant in b): selected, so an exact 0 even
+            // where a^b is NaN or infinite, on a Float or a tensor, traced or batched or not,
+            // so every path gives the same numbers. ln a stays differentiable in a only when
+            // every base is positive; a plain tensor base has no derivative to keep, so it
+            // skips that test (on the GPU, a read-back). A traced base is never known to be
+            // positive: the select decides per call.
             let positive = match strip(&a) {
                 Value::Tensor(_) if matches!(a, Value::Tensor(_)) => false,
                 Value::Tensor(t) => t.all_positive()?,
@@ -167,19 +169,22 @@ pub fn partials<H: Host>(m: &mut H, p: Prim, a: &Value, b: &Value, y: &Value) ->
             let db = if positive {
                 let la = super::apply_un(m, Un::Log, a)?;
                 m.prim2(Prim::Mul, y, la)?
-            } else if let (Value::Tensor(t), false) = (strip(&a), is_ad(&a)) {
-                let la = t.log_or_zero()?;
-                m.prim2(Prim::Mul, y, Value::Tensor(std::rc::Rc::new(la)))?
             } else if let Value::Tensor(_) | Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) = strip(&a) {
-                // A perturbed base with some element ≤ 0: ln of the base where it is positive
-                // and of 1 elsewhere, selected so that ln a stays differentiable where it is
-                // used (the mixed derivative ∂²/∂a∂b of the positive elements).
-                let positive = super::tensor::call(m, TOp::Step, vec![strip(&a)])?;
-                let kept = super::tensor::select(m, a, positive.clone())?;
-                let ones = m.prim2(Prim::Sub, f(1.0), positive)?;
-                let safe = m.prim2(Prim::Add, kept, ones)?;
-                let la = super::apply_un(m, Un::Log, safe)?;
-                m.prim2(Prim::Mul, y, la)?
+                let mask = super::tensor::call(m, TOp::Step, vec![strip(&a)])?;
+                let la = match (strip(&a), is_ad(&a)) {
+                    (Value::Tensor(t), false) => Value::Tensor(std::rc::Rc::new(t.log_or_zero()?)),
+                    // A perturbed base with some element ≤ 0: ln of the base where it is
+                    // positive and of 1 elsewhere, so that ln a stays differentiable where it
+                    // is used (the mixed derivative ∂²/∂a∂b of the positive elements).
+                    _ => {
+                        let kept = super::tensor::select(m, a, mask.clone())?;
+                        let ones = m.prim2(Prim::Sub, f(1.0), mask.clone())?;
+                        let safe = m.prim2(Prim::Add, kept, ones)?;
+                        super::apply_un(m, Un::Log, safe)?
+                    }
+                };
+                let db = m.prim2(Prim::Mul, y, la)?;
+                super::tensor::select(m, db, mask)?
             } else {
                 f(0.0)
             };

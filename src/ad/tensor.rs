@@ -94,6 +94,12 @@ pub fn select<H: Host>(m: &mut H, x: Value, mask: Value) -> FResult<Value> {
             };
             call(m, TOp::Mask, vec![x, mask])
         }
+        // A traced Float mask for a tensor (a traced Float exponent's or base's in the rule of
+        // `**`): spread over the tensor's shape, as a Float mask is by the test below.
+        mask @ Value::StagedFloat(_) if ad::is_tensor(&x) => {
+            let mask = call(m, TOp::BroadcastTo(ad::shape_of(&x)), vec![mask])?;
+            call(m, TOp::Mask, vec![x, mask])
+        }
         // A mask per example: the select of the batching rule of `Mask`; a traced Float mask:
         // the staged program selects (on Floats, exec.rs).
         Value::Batched(_) | Value::Staged(_) | Value::StagedFloat(_) => call(m, TOp::Mask, vec![x, mask]),

@@ -24,6 +24,17 @@ fn clamp(v: &Value, lo: f64, hi: f64) -> FResult<Value> {
     })
 }
 
+/// A leaf clipped by the `clip` builtin, with bounds that may be perturbed: a tensor as it is,
+/// a Float as a 0-d float64 tensor (the derivatives are the Float rule's, which is jnp.clip's).
+fn clip_by_values(m: &mut Machine, lo: &Value, hi: &Value, x: Value) -> FResult<Value> {
+    if ad::is_tensor(&x) {
+        return super::tensor_ops::clip(m, lo.clone(), hi.clone(), x);
+    }
+    let t = super::tensor_ops::float_tensor(m, x)?;
+    let c = super::tensor_ops::clip(m, lo.clone(), hi.clone(), t)?;
+    ad::tensor::call(m, TOp::Item, vec![c])
+}
+
 /// `x` clipped to [lo, hi], differentiable: as JAX's `clip` (min (max x lo) hi), the
 /// derivative is 1 strictly inside, 0 outside, and 1/2 for each bound `x` sits on (the
 /// balanced tie of max and min). A tensor leaf is the `clip` builtin. For a Float the value is
@@ -35,11 +46,7 @@ fn clip(m: &mut Machine, x: Value, lo: f64, hi: f64) -> FResult<Value> {
         Value::Staged(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
         // A traced Float cannot be clamped by its number: as a 0-d tensor, the `clip` builtin
         // stages (with the Float rule's derivative, which is jnp.clip's).
-        Value::StagedFloat(_) => {
-            let t = super::tensor_ops::float_tensor(m, x)?;
-            let c = super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), t)?;
-            return ad::tensor::call(m, TOp::Item, vec![c]);
-        }
+        Value::StagedFloat(_) => return clip_by_values(m, &Value::Float(lo), &Value::Float(hi), x),
         // A batch: a tensor leaf is the `clip` builtin's, a batch of Floats clipped per example.
         Value::Batched(_) if !ad::is_tensor(&x) => return ad::batch::clip_floats(m, x, lo, hi),
         Value::Batched(_) => return super::tensor_ops::clip(m, Value::Float(lo), Value::Float(hi), x),
@@ -95,14 +102,24 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         }
         B::TreeSqrt => map_leaves(arg(), &mut |x| sqrt(m, x))?,
         B::TreeClip => {
-            let (lo, hi) = (arg().as_float()?, arg().as_float()?);
+            let (lo, hi) = (arg(), arg());
+            // The bounds are checked below, which the staged program could not repeat.
+            if [&lo, &hi].iter().any(|v| matches!(strip(v), Value::StagedFloat(_))) {
+                return Err(Fault::unstageable("`tree_clip` with a traced bound"));
+            }
+            let (l, h) = (strip(&lo).as_float()?, strip(&hi).as_float()?);
             // `clamp` would panic on these: they name no interval.
-            if lo.is_nan() || hi.is_nan() || lo > hi {
+            if l.is_nan() || h.is_nan() || l > h {
                 return Err(Fault::new(format!(
-                    "tree_clip {lo} {hi}: the bounds must satisfy lo <= hi (and not be NaN)"
+                    "tree_clip {l} {h}: the bounds must satisfy lo <= hi (and not be NaN)"
                 )));
             }
-            map_leaves(arg(), &mut |x| clip(m, x, lo, hi))?
+            if is_ad(&lo) || is_ad(&hi) {
+                // Differentiated bounds: each leaf by the `clip` builtin, whose derivative
+                // reaches them (a Float leaf as a 0-d tensor).
+                return map_leaves(arg(), &mut |x| clip_by_values(m, &lo, &hi, x));
+            }
+            map_leaves(arg(), &mut |x| clip(m, x, l, h))?
         }
         B::TreeZeros => map_leaves(arg(), &mut |x| Ok(ad::zero_like(&x)))?,
         B::TreeSumSquares => {
