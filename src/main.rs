@@ -121,7 +121,11 @@ fn main() -> ExitCode {
             run_command(cli)
         })
         .expect("spawn the interpreter thread");
-    match handle.join() {
+    let joined = handle.join();
+    // Every command ends here, the program's GPU work submitted and finished before `exit`
+    // (a no-op when the GPU was never used; docs/gpu.md).
+    dp_tensor::gpu::shutdown();
+    match joined {
         Ok(code) => ExitCode::from(code),
         Err(_) => {
             eprintln!("dp: internal error (a panic); please report it with the program that caused it");

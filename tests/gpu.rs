@@ -942,6 +942,37 @@ fn gpu_auto_uses_the_gpu_when_there_is_one() {
     assert!(!r.ok && r.stderr.contains("two devices (gpu and cpu)"), "{}", r.stderr);
 }
 
+/// Every way a run ends quiesces the GPU first (`gpu::shutdown`: the submission thread joined,
+/// the queue waited on) — the end of the program, a run-time error, `exit` — so `exit` never
+/// runs the driver's exit-time handlers beside a submission (1–2% of runs ending with unread
+/// GPU work died there on lavapipe). One run cannot show a race that rare; this checks that
+/// each way out reaches the shutdown, and that a CPU run has nothing to shut down.
+#[test]
+fn gpu_every_way_out_quiesces_the_gpu_first() {
+    if !gpu() {
+        return;
+    }
+    let work = "let a = randn 1 [40, 40]\nlet b = (a @ a) + 1.0\n";
+    let ends = [("", 0), ("let _ = error \"boom\"\n", 1), ("let _ = exit 3\n", 3)];
+    for (device, shuts_down) in [("gpu", true), ("cpu", false)] {
+        for (end, code) in ends {
+            let path = crate::run::temp_path("dp");
+            std::fs::write(&path, format!("{work}{end}")).expect("write a temporary dp file");
+            let out = Command::new(env!("CARGO_BIN_EXE_dp"))
+                .args(["run", "--device", device])
+                .arg(&path)
+                .envs([("NODEVICE_SELECT", "1"), ("DP_GPU_TRACE", "1")])
+                .output()
+                .expect("run dp");
+            let _ = std::fs::remove_file(&path);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "--device {device}, ending `{end}`: {stderr}");
+            let said = stderr.contains("dp gpu: shutdown: the queue is idle");
+            assert_eq!(said, shuts_down, "--device {device}, ending `{end}`: {stderr}");
+        }
+    }
+}
+
 /// The tensor examples on the GPU print what their `.expected` files say, exactly as the CPU
 /// run does (checked by `golden::examples_run_as_documented`): the same losses to the printed
 /// digits, the same accuracy and samples. char_rnn's chaotic losses after step 0 are

@@ -86,17 +86,17 @@ pub fn kernel(connection_file: &str, stack_limit: usize) -> u8 {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("dp kernel: cannot start the socket runtime: {e}");
-                std::process::exit(1);
+                end_process(1);
             }
         };
         let server =
             Server { key: Key::new(&conn.key), session: uuid::Uuid::new_v4().to_string(), publish: publish_tx };
         if let Err(e) = runtime.block_on(server.run(&conn, publish_rx, job_tx, interrupt)) {
             eprintln!("dp kernel: {e}");
-            std::process::exit(1);
+            end_process(1);
         }
         // A shutdown request: the reply is sent; end the process, session thread included.
-        std::process::exit(0);
+        end_process(0);
     });
     if let Err(e) = sockets {
         eprintln!("dp kernel: cannot start the socket thread: {e}");
@@ -104,6 +104,13 @@ pub fn kernel(connection_file: &str, stack_limit: usize) -> u8 {
     }
     engine.serve(job_rx);
     0
+}
+
+/// Ends the process from the socket thread, the GPU quiesced first (`gpu::shutdown`, as
+/// `main` does): the session thread may have left GPU work under way, or be running a cell.
+fn end_process(code: i32) -> ! {
+    crate::tensor::gpu::shutdown();
+    std::process::exit(code)
 }
 
 struct Server {
