@@ -510,7 +510,14 @@ impl TOp {
                 }
             }
             TOp::SumAxis(a) => check_axis(s0()?, *a, "sum_axis")?,
-            TOp::MeanAxis(a) => check_axis(s0()?, *a, "mean_axis")?,
+            // As `mean` of an empty tensor: no mean to give (NumPy's NaN and a warning).
+            TOp::MeanAxis(a) => {
+                let s = s0()?;
+                check_axis(s, *a, "mean_axis")?;
+                if s[*a] == 0 {
+                    return Err(TensorError::new(format!("mean_axis: axis {a} of shape {} is empty", fmt_shape(s))));
+                }
+            }
             TOp::Reshape(to) => {
                 let from = s0()?;
                 let (m, n): (usize, usize) = (from.iter().product(), to.iter().product());
@@ -764,6 +771,7 @@ mod tests {
             "cannot reshape a tensor of shape [2, 3] (6 elements) to [4] (4 elements)"
         );
         assert_eq!(err(TOp::Mean, &[&[0]]), "mean of an empty tensor");
+        assert_eq!(err(TOp::MeanAxis(0), &[&[0, 3]]), "mean_axis: axis 0 of shape [0, 3] is empty");
         assert!(fits(TOp::MaxPool2d(2), &[&[1, 1, 4, 4]]));
         assert!(!fits(TOp::MaxPool2d(0), &[&[1, 1, 4, 4]]));
         assert!(fits(TOp::Conv2d(Conv::VALID), &[&[1, 2, 5, 5], &[3, 2, 3, 3]]));
