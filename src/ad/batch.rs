@@ -616,8 +616,12 @@ pub fn row_at<H: Host>(m: &mut H, t: Value, i: &Value) -> FResult<Value> {
     if let Some(&n) = values.iter().find(|&&n| n < 0) {
         return Err(Fault::new(format!("a row index must not be negative (got {n})")));
     }
-    if let Some(&n) = values.iter().find(|&&n| shape.len() < 2 || n as usize >= shape[0]) {
-        return Err(Fault::new(format!("row {n} of a tensor of shape {}", crate::tensor::fmt_shape(&shape))));
+    // `row` of a rank-1 tensor is one element (a 0-d tensor), as without `vmap`.
+    if let Some(&n) = values.iter().find(|&&n| shape.is_empty() || n as usize >= shape[0]) {
+        return Err(Fault::new(format!(
+            "row {n} is out of range for a tensor of shape {}",
+            crate::tensor::fmt_shape(&shape)
+        )));
     }
     // The Ints as 0-d int64 examples: a `gather` with them drops the row axis, as `row` does.
     let idx = batched(tag, v, axis, Example::Tensor);
@@ -875,7 +879,7 @@ pub fn tensor_op<H: Host>(m: &mut H, tag: u32, op: TOp, args: Vec<Value>) -> FRe
                 let shape = shape_of(&v);
                 if shape.len() < 2 || i >= shape[1] {
                     return Err(Fault::new(format!(
-                        "row {i} of a tensor of shape {}",
+                        "row {i} is out of range for a tensor of shape {}",
                         crate::tensor::fmt_shape(&shape[1..])
                     )));
                 }

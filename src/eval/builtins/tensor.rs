@@ -250,7 +250,9 @@ pub fn call(m: &mut Machine, b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Va
         B::Concat => {
             let axis = arg();
             let ts: Vec<Value> = arg().iter_list().cloned().collect();
-            let axis = axis_of(&axis, &ts.first().map(ad::shape_of).unwrap_or_default(), false, "concat")?;
+            // No tensor to give the result's shape and dtype (NumPy refuses it too).
+            let Some(first) = ts.first() else { return Err(Fault::new("concat of an empty list")) };
+            let axis = axis_of(&axis, &ad::shape_of(first), false, "concat")?;
             ad::tensor::call(m, TOp::Concat(axis), ts)?
         }
         B::Slice => {
