@@ -81,12 +81,26 @@ save_file({"w": np.array([2**53 + 1], dtype=np.int64), "v": np.array([1e300, 0.1
         dp_str(&path)
     ));
     assert_eq!(got, ["([0.0, 0.5, 1.0, 1.5, 2.0, 2.5], 0.25, [[1.0, 2.0], [3.5]])"]);
-    // Tensors keep their dtypes, so int64 and float64 values load exactly...
+    // Leaves take the template's dtypes, so int64 and float64 values load exactly into int64 and
+    // float64 leaves...
+    let got = run_ok(&format!(
+        "let p = load_params {} {{ w = tensor [0], v = astype \"float64\" (zeros [2]) }}\nlet () = println (p.w, dtype p.w, p.v)\n",
+        dp_str(&wide)
+    ));
+    assert_eq!(got, ["(tensor [9007199254740993], \"int64\", astype \"float64\" (tensor [1e300, 0.1]))"]);
+    // ...a float32 leaf converts them, as PyTorch's load_state_dict does (1e300 overflows)...
     let got = run_ok(&format!(
         "let p = load_params {} {{ w = zeros [1], v = zeros [2] }}\nlet () = println (p.w, dtype p.w, p.v)\n",
         dp_str(&wide)
     ));
-    assert_eq!(got, ["(tensor [9007199254740993], \"int64\", astype \"float64\" (tensor [1e300, 0.1]))"]);
+    assert_eq!(got, ["(tensor [9007199000000000.0], \"float32\", tensor [infinity, 0.1])"]);
+    // ...and an int64 leaf takes only int64.
+    let r = run_dp(&format!("let p = load_params {} {{ w = tensor [0], v = tensor [0, 0] }}\n", dp_str(&wide)));
+    assert!(
+        !r.ok && r.stderr.contains("tensor `v` has dtype float64, but the template's leaf is int64"),
+        "{}",
+        r.stderr
+    );
     // ...and a value no dtype of dp's holds is refused, naming the tensor and element.
     let r = run_dp(&format!("let p = load_params {} {{ w = zeros [2] }}\n", dp_str(&big)));
     assert!(

@@ -849,7 +849,7 @@ let () = pt (grad (fun t -> sum (tanh t)) t)
 }
 
 #[test]
-fn gpu_load_params_that_cannot_go_to_the_gpu_names_the_file_and_leaf() {
+fn gpu_load_params_converts_a_float64_checkpoint_for_a_gpu_template() {
     if !gpu() {
         return;
     }
@@ -858,14 +858,13 @@ fn gpu_load_params_that_cannot_go_to_the_gpu_names_the_file_and_leaf() {
     let r = dp(
         "gpu",
         &format!(
-            "let () = save_params \"{path}\" {{ w = astype \"float64\" (to_device \"cpu\" (ones [2])) }}\n\
-             let () = println (show (load_params \"{path}\" {{ w = ones [2] }}))\n"
+            "let () = save_params \"{path}\" {{ w = astype \"float64\" (to_device \"cpu\" (tensor [1.5, 2.0])) }}\n\
+             let p = load_params \"{path}\" {{ w = ones [2] }}\n\
+             let () = println (p.w * 2.0, dtype p.w)\n"
         ),
     );
     let _ = std::fs::remove_file(&path);
-    assert!(!r.ok, "a float64 leaf went to the GPU: {}", r.stdout);
-    let want = format!("load_params: `{path}`: tensor `w`: the GPU backend holds float32 tensors only");
-    assert!(r.stderr.contains(&want) && !r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(r.ok && r.stdout.trim() == "(tensor [3.0, 4.0], \"float32\")", "{}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -1186,4 +1185,17 @@ fn gpu_batched_products_einsum_strided_conv() {
             code: "let () = pt (grad (fun (a : Tensor) -> sum (avg_pool2d 3 a * randn 76 [2, 3, 3, 2])) img)",
         },
     ]);
+}
+
+#[test]
+fn gpu_load_csv_follows_the_default_device() {
+    if !gpu() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("dp-gpu-csv-{}.csv", std::process::id()));
+    std::fs::write(&path, "a,b\n1,2\n3,4\n").unwrap();
+    let path = path.to_string_lossy().to_string();
+    let r = dp("gpu", &format!("let t = load_csv \"{path}\"\nlet () = println (t + ones [2, 2])\n"));
+    let _ = std::fs::remove_file(&path);
+    assert!(r.ok && r.stdout.trim() == "tensor [[2.0, 3.0], [4.0, 5.0]]", "{}{}", r.stdout, r.stderr);
 }

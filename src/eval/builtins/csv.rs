@@ -19,7 +19,6 @@ use crate::builtins::B;
 use crate::runtime::value::Value;
 use crate::runtime::{FResult, Fault};
 use crate::tensor::Tensor;
-use std::rc::Rc;
 
 pub fn call(b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
     let path = arg().as_str()?;
@@ -33,7 +32,8 @@ pub fn call(b: B, arg: &mut dyn FnMut() -> Value) -> FResult<Value> {
         }
         B::LoadCsv => {
             let t = load_numeric(&bytes).map_err(located)?;
-            Ok(Value::Tensor(Rc::new(Tensor::from_vec(&[t.rows, t.cols], t.values)?)))
+            // On the default device (`--device`), as `load_npy`'s tensors are.
+            super::tensor::new(Tensor::from_vec(&[t.rows, t.cols], t.values)?)
         }
         other => Err(Fault::internal(format!("{other:?} is not a CSV builtin"))),
     }

@@ -192,7 +192,22 @@ impl<'a> Load<'a> {
             Value::Float(self.file.scalar(e)?)
         } else {
             let t = self.file.tensor(e)?;
-            let device = template.as_tensor()?.device();
+            let tmpl = template.as_tensor()?;
+            let (device, dtype) = (tmpl.device(), tmpl.dtype());
+            // The template's dtype, as PyTorch's `load_state_dict` copies into a parameter's:
+            // a float64 checkpoint (NumPy's default) into a float32 model stays float32. An
+            // int64 or bool leaf takes only its own dtype, which no conversion could give back.
+            let t = if t.dtype() == dtype {
+                t
+            } else if dtype.is_float() {
+                t.astype(dtype)?
+            } else {
+                return Err(Fault::new(format!(
+                    "load_params: `{file}`: tensor `{name}` has dtype {}, but the template's leaf is {}",
+                    t.dtype().name(),
+                    dtype.name()
+                )));
+            };
             // `to_device` copies even to the same device: skip it on the CPU.
             wrap(if t.device() == device {
                 t
