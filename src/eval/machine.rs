@@ -1223,7 +1223,8 @@ impl Machine {
             {
                 return Err(Fault::unstageable(&format!("a comparison (`{}`)", comparison(p))))
             }
-            (Prim::Assign, _, _) if self.jit.tracing() && stage::holds_staged(&b) => {
+            // (A reference the traced call made itself is its own state: it may hold traced values.)
+            (Prim::Assign, Ref(r), _) if self.jit.tracing() && stage::holds_staged(&b) && !self.jit.owns(r) => {
                 return Err(Fault::unstageable("storing in a reference (`:=`)"))
             }
             (Prim::Add | Prim::Sub | Prim::Mul | Prim::Div | Prim::Pow, Tensor(_), _)
@@ -1481,6 +1482,7 @@ fn stage_guard(i: u32, b: B, args: &[Value]) -> FResult<()> {
             | B::ArgmaxAxis
             | B::ArgminAxis
             | B::Dtype
+            | B::Ref
     );
     if !stages && args.iter().any(stage::holds_staged) {
         return Err(Fault::unstageable(&format!("`{name}`")));

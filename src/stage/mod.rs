@@ -694,6 +694,13 @@ impl Jit {
         }
     }
 
+    /// Whether reference `r` is the traced call's own state, which may hold its traced values:
+    /// the call (the innermost) made it, and has touched no reference made outside it, through
+    /// which `r` could have escaped (`cell := [r]`, then `r := x`).
+    pub fn owns(&self, r: &Rc<RefCell<Value>>) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.effect.is_none() && p.own_refs.contains(&(Rc::as_ptr(r) as usize)))
+    }
+
     /// The traced call made reference `r`.
     pub fn made_ref(&mut self, r: &Rc<RefCell<Value>>) {
         if let Some(p) = self.pending.as_mut() {
