@@ -805,8 +805,8 @@ fn grad_of_several_staged_calls_of_scalars_runs_the_compiled_vjp() {
     pairs_agree(&out, 1e-12);
     assert_eq!(out[4], out[5], "one call: bit for bit");
     assert_eq!(kinds(&log), ["trace", "hit", "hit", "hit", "hit", "hit", "hit"], "{log:#?}");
-    assert!(log[0].starts_with("jit: trace #1 (Float, Float) under grad"), "{}", log[0]);
-    assert!(log[1].starts_with("jit: hit #1 (Float, Float) under grad"), "{}", log[1]);
+    assert!(log[0].starts_with("jit: trace #1 (Float, Float) under grad of leaves 1, 2 of 2 in"), "{}", log[0]);
+    assert!(log[1] == "jit: hit #1 (Float, Float) under grad of leaves 1, 2 of 2", "{}", log[1]);
 }
 
 #[test]
@@ -1114,4 +1114,24 @@ fn normalize_under_every_handler() {
     let (a, b) = (numbers(&out[4]), numbers(&out[5]));
     assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-12), "a batch of gradients");
     assert_eq!(out[6], "true", "second derivative against finite differences");
+}
+
+#[test]
+fn the_log_names_the_leaves_an_outer_grad_differentiates() {
+    // One signature, three traces: they differ only in which leaves the grad differentiates.
+    let src = "let cellj = jit (fun (w, h) -> w * h + sin h)\n\
+               let () = println (grad (fun w -> cellj (w, 0.4)) 0.7)\n\
+               let () = println (grad (fun h -> cellj (0.7, h)) 0.4)\n\
+               let () = println (grad (fun w -> cellj (w, w)) 0.7)\n";
+    let (_, log) = jit_log(src);
+    let heads: Vec<&str> = log.iter().map(|l| l.split(" in ").next().unwrap_or("")).collect();
+    assert_eq!(
+        heads,
+        [
+            "jit: trace #1 (Float, Float) under grad of leaf 1 of 2",
+            "jit: trace #1 (Float, Float) under grad of leaf 2 of 2",
+            "jit: trace #1 (Float, Float) under grad of leaves 1, 2 of 2"
+        ],
+        "{log:#?}"
+    );
 }

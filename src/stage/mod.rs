@@ -421,6 +421,14 @@ fn native_note(plan: &exec::Plan) -> String {
 /// The longest signature `DP_JIT_LOG` shows before cutting it short.
 const SHOWN_SIG: usize = 240;
 
+/// Which of a call's Float and tensor leaves (numbered from 1, in the signature's order) the
+/// outer `grad` differentiates: two traces of one signature differ in that alone.
+fn show_mask(mask: &[bool]) -> String {
+    let on: Vec<String> = mask.iter().enumerate().filter(|(_, &d)| d).map(|(i, _)| (i + 1).to_string()).collect();
+    let leaves = if on.len() == 1 { "leaf" } else { "leaves" };
+    format!("of {leaves} {} of {}", on.join(", "), mask.len())
+}
+
 /// A signature as `DP_JIT_LOG` shows it: the argument's structure in dp's syntax with its
 /// Floats and tensors by kind (`(Float, Node (Leaf Float) (Leaf Float))`), so that two
 /// traces differing only in a constructor, a list's length or an Int read differently.
@@ -800,7 +808,7 @@ impl Jit {
         let id = func.id;
         let Some(c) = func.vjps.back() else { return Ok(Call::TraceVjp(site)) };
         let (y, frame) = c.vjp.call(leaves, site.cells, site.tag)?;
-        self.note(|| format!("hit #{id} {} under grad", show_sig(&sig)));
+        self.note(|| format!("hit #{id} {} under grad {}", show_sig(&sig), show_mask(&site.mask)));
         Ok(Call::Record { y, tag: site.tag, frame })
     }
 
@@ -849,8 +857,9 @@ impl Jit {
         let elapsed = started.elapsed().as_secs_f64() * 1e3;
         let (fw, bw) = (&vjp.forward, &vjp.backward);
         let line = format!(
-            "trace #{id} {} under grad in {elapsed:.2} ms (traced in {traced_in:.2} ms{}{}): {before} operations, {} forward and {} backward after optimisation, {} residuals",
+            "trace #{id} {} under grad {} in {elapsed:.2} ms (traced in {traced_in:.2} ms{}{}): {before} operations, {} forward and {} backward after optimisation, {} residuals",
             show_sig(&sig),
+            show_mask(&site.mask),
             native_note(fw),
             native_note(bw),
             fw.prog.work(),
