@@ -30,6 +30,7 @@ mod trace;
 mod vjp;
 
 use crate::runtime::perturbed::{is_ad, strip, AdjFrame, Tracked};
+use crate::runtime::stack::Frame;
 use crate::runtime::value::{ConVal, RecordVal, Value};
 use crate::runtime::{FResult, Fault};
 use crate::tensor::{DType, Device, TOp, Un};
@@ -378,6 +379,14 @@ fn holds_perturbed(v: &Value, refs: &mut bool) -> bool {
         }
         Value::Closure(c) => c.env.iter().any(|v| holds_perturbed(v, refs)),
         Value::Pap(p) => p.args.iter().any(|v| holds_perturbed(v, refs)),
+        // A captured continuation holds what its frames do: their values and closures.
+        Value::Cont(k) => k.segments.iter().any(|seg| {
+            seg.stack.iter().any(|v| holds_perturbed(v, refs))
+                || seg.frames.iter().any(|fr| match fr {
+                    Frame::Dp { clo, .. } => clo.env.iter().any(|v| holds_perturbed(v, refs)),
+                    Frame::ApplyRest(rest) => rest.0.iter().any(|v| holds_perturbed(v, refs)),
+                })
+        }),
         _ => false,
     }
 }
